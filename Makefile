@@ -1,0 +1,42 @@
+# areal-debug: set-up, tests and the demo on a CPU machine.
+#   make setup   create .venv with torch (CPU), areal 1.0.4 and this package (idempotent)
+#   make test    set up if needed, then run the whole test suite
+#   make demo    set up if needed, then record and replay a real GRPO run on CPU
+#   make lint    ruff over the package, tests and benchmarks
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.setup-done
+
+.PHONY: setup test demo lint bench clean
+
+setup: $(STAMP)
+
+# The stamp depends on everything that defines the environment, so editing the
+# requirements re-runs set-up; a finished set-up is not repeated.
+$(STAMP): pyproject.toml requirements/cpu.txt requirements/constraints-cpu.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	# The CPU build first: areal's own pins (torch<2.11) would pull CUDA wheels.
+	$(PIP) install --quiet torch==2.13.0
+	$(PIP) install --quiet --no-deps areal==1.0.4
+	$(PIP) install --quiet -c requirements/constraints-cpu.txt -r requirements/cpu.txt
+	$(PIP) install --quiet --no-deps -e .
+	$(PY) -c "import areal, areal_debug, torch; print('areal', areal.__version__, 'torch', torch.__version__)"
+	touch $(STAMP)
+
+test: setup
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q tests
+
+demo: setup
+	$(VENV)/bin/areal-debug demo
+
+lint: setup
+	$(PY) -m ruff check areal_debug tests benchmarks examples
+	$(PY) -m ruff format --check areal_debug tests benchmarks examples
+
+bench: setup
+	$(PY) benchmarks/dump_overhead.py
+
+clean:
+	rm -rf $(VENV)

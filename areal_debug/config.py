@@ -1,0 +1,201 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Configuration: the ``debug:`` section and AReaL experiment configs that carry it."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+
+from areal.api.cli_args import GRPOConfig, PPOConfig
+
+# Directory name of a recording under <fileroot>/<experiment>/<trial>/. Chosen so
+# it cannot be mistaken for AReaL's own `rollout.dump_to_file` JSONL output,
+# which lives under <log dir>/rollout/<version>/.
+RECORDING_DIRNAME = "areal_debug_recording"
+REPLAY_TRIAL_SUFFIX = "_replay"
+
+
+@dataclass
+class DebugConfig:
+    """Record rollout batches (dump) or drive training from a recording (replay)."""
+
+    dump_rollout_data: bool = field(
+        default=False,
+        metadata={
+            "help": "Record every step's rollout batch, as the inference engine's "
+            "prepare_batch returned it on each data-parallel head, to `debug.path`."
+        },
+    )
+    replay_rollout_data: bool = field(
+        default=False,
+        metadata={
+            "help": "Train from a recording instead of an inference engine: no "
+            "engine is built or contacted, no weights are sent, no eval rollouts."
+        },
+    )
+    path: str | None = field(
+        default=None,
+        metadata={
+            "help": "Directory of the recording. Default: "
+            f"<cluster.fileroot>/<experiment_name>/<trial_name>/{RECORDING_DIRNAME}, "
+            "resolved from the recorded run's trial name."
+        },
+    )
+    replay_trial_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "Trial name a replay runs (and logs) under. Default: "
+            f"'<trial_name>{REPLAY_TRIAL_SUFFIX}', so a replay never writes into the "
+            "recorded run's logs, checkpoints or trackers."
+        },
+    )
+    max_pending_steps: int = field(
+        default=2,
+        metadata={
+            "help": "Dump mode: steps that may wait in memory for the background "
+            "writer. When the writer falls this far behind, training waits for it."
+        },
+    )
+    deterministic: bool = field(
+        default=False,
+        metadata={
+            "help": "Use deterministic kernels (torch.use_deterministic_algorithms, "
+            "cudnn deterministic, no cudnn benchmark) so a replay can match bitwise."
+        },
+    )
+    verify_rtol: float = field(
+        default=0.0,
+        metadata={
+            "help": "Replay: relative tolerance when comparing replayed statistics "
+            "with the recorded ones. 0 means bitwise."
+        },
+    )
+    verify_atol: float = field(
+        default=0.0,
+        metadata={
+            "help": "Replay: absolute tolerance when comparing replayed statistics "
+            "with the recorded ones. 0 means bitwise."
+        },
+    )
+
+    def __post_init__(self):
+        if self.dump_rollout_data and self.replay_rollout_data:
+            raise ValueError(
+                "debug.dump_rollout_data=true and debug.replay_rollout_data=true "
+                "cannot be combined: a run either records rollouts or replays a "
+                "recording. Set debug.dump_rollout_data=true to record, or "
+                "debug.replay_rollout_data=true (with debug.path naming the "
+                "recording) to replay."
+            )
+        if self.max_pending_steps < 1:
+            raise ValueError(
+                f"debug.max_pending_steps must be >= 1, got {self.max_pending_steps}."
+            )
+        for name in ("verify_rtol", "verify_atol"):
+            if getattr(self, name) < 0:
+                raise ValueError(
+                    f"debug.{name} must be >= 0, got {getattr(self, name)}."
+                )
+
+    @property
+    def enabled(self) -> bool:
+        return self.dump_rollout_data or self.replay_rollout_data
+
+
+def default_recording_path(fileroot: str, experiment_name: str, trial_name: str) -> str:
+    return os.path.join(fileroot, experiment_name, trial_name, RECORDING_DIRNAME)
+
+
+def _rename_trial(obj, old: str, new: str, seen: set[int]) -> None:
+    """Set every nested ``trial_name`` equal to ``old`` to ``new``.
+
+    AReaL copies the trial name into each sub-config (stats_logger, saver,
+    recover, engines...), usually through ``${trial_name}`` interpolation that
+    is already resolved here, so all copies must move together.
+    """
+    if id(obj) in seen or not dataclasses.is_dataclass(obj):
+        return
+    seen.add(id(obj))
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if f.name == "trial_name" and value == old:
+            setattr(obj, f.name, new)
+        elif dataclasses.is_dataclass(value):
+            _rename_trial(value, old, new, seen)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                _rename_trial(item, old, new, seen)
+
+
+def resolve_debug_config(cfg) -> None:
+    """Fill in ``debug.path`` and move a replay to its own trial (in place)."""
+    debug: DebugConfig = cfg.debug
+    if not debug.enabled:
+        return
+    if debug.path is None:
+        debug.path = default_recording_path(
+            cfg.cluster.fileroot, cfg.experiment_name, cfg.trial_name
+        )
+    if not debug.replay_rollout_data:
+        return
+    if debug.replay_trial_name is None:
+        debug.replay_trial_name = cfg.trial_name + REPLAY_TRIAL_SUFFIX
+    if debug.replay_trial_name != cfg.trial_name:
+        _rename_trial(cfg, cfg.trial_name, debug.replay_trial_name, set())
+
+
+@dataclass
+class DebugPPOConfig(PPOConfig):
+    """AReaL's ``PPOConfig`` with a ``debug:`` section."""
+
+    debug: DebugConfig = field(
+        default_factory=DebugConfig,
+        metadata={"help": "Rollout recording and replay (areal-debug)."},
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        resolve_debug_config(self)
+
+
+@dataclass
+class DebugGRPOConfig(GRPOConfig):
+    """AReaL's ``GRPOConfig`` with a ``debug:`` section."""
+
+    debug: DebugConfig = field(
+        default_factory=DebugConfig,
+        metadata={"help": "Rollout recording and replay (areal-debug)."},
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        resolve_debug_config(self)
+
+
+def _append_debug_overrides(argv: list[str]) -> list[str]:
+    """Turn ``debug.k=v`` into hydra's ``+debug.k=v`` (append a key the YAML lacks)."""
+    return ["+" + a if a.startswith("debug.") and "=" in a else a for a in argv]
+
+
+def load_expr_config(argv: list[str], config_cls=DebugPPOConfig):
+    """AReaL's ``load_expr_config`` that also takes ``debug.*`` overrides when the
+    YAML has no ``debug:`` section.
+
+    Hydra composes overrides against the YAML alone, so ``debug.x=...`` fails
+    ("not in struct") unless the file declares the key. Retrying those
+    overrides as appends lets users switch modes on any existing YAML.
+    """
+    from areal.api.cli_args import load_expr_config as areal_load_expr_config
+    from hydra.errors import ConfigCompositionException
+
+    try:
+        return areal_load_expr_config(argv, config_cls)
+    except ConfigCompositionException as first:
+        appended = _append_debug_overrides(argv)
+        if appended == argv:
+            raise
+        try:
+            return areal_load_expr_config(appended, config_cls)
+        except ConfigCompositionException:
+            raise first from None

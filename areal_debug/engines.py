@@ -1,0 +1,151 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What sits in the inference engine's place: a recording wrapper or a replay engine.
+
+AReaL's data-parallel heads call ``rollout_engine.prepare_batch(dataloader, ...)``
+(``areal/infra/dist_rollout.py``) and only then gather and redistribute the
+trajectories. Hooking here records each head's batch in generation order, and
+replaying here feeds AReaL's redistribution exactly what it saw in the dump run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from types import SimpleNamespace
+from typing import Any
+
+from areal.utils import logging
+
+from areal_debug.replay_loader import ReplayDataLoader
+
+logger = logging.getLogger("DebugReplay")
+
+Batch = list[dict[str, Any]]
+
+
+class RecordingEngine:
+    """Delegates everything to the real engine; hands each returned batch to ``on_batch``."""
+
+    def __init__(self, engine: Any, on_batch: Callable[[Batch], None]):
+        # object.__setattr__ keeps these off the wrapped engine.
+        object.__setattr__(self, "_engine", engine)
+        object.__setattr__(self, "_on_batch", on_batch)
+
+    def prepare_batch(self, *args, **kwargs) -> Batch:
+        batch = self._engine.prepare_batch(*args, **kwargs)
+        self._on_batch(batch)
+        return batch
+
+    def rollout_batch(self, *args, **kwargs) -> Batch:
+        batch = self._engine.rollout_batch(*args, **kwargs)
+        self._on_batch(batch)
+        return batch
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._engine, name, value)
+
+
+def _done_future(result: Any = None) -> Future:
+    fut: Future = Future()
+    fut.set_result(result)
+    return fut
+
+
+class ReplayEngine:
+    """Stands in for AReaL's inference engine in replay mode.
+
+    ``prepare_batch`` returns this head's next recorded batch; everything else
+    AReaL calls on an engine during training is a no-op. The workflow passed in
+    is accepted and never run.
+    """
+
+    def __init__(self, loader: ReplayDataLoader):
+        self.loader = loader
+        self._batches: Iterator[Batch] | None = None
+        self._version = 0
+        # PPOTrainer syncs the staleness manager after a recover; there is none.
+        self.workflow_executor = SimpleNamespace(staleness_manager=None)
+        self.staleness_manager = None
+
+    # -- batches -----------------------------------------------------------------
+    def prepare_batch(self, dataloader: Any = None, *args, **kwargs) -> Batch:
+        if dataloader is not None and dataloader is not self.loader:
+            raise TypeError(
+                "In replay mode prepare_batch must be given the trainer's "
+                f"ReplayDataLoader, got a {type(dataloader).__name__}. Pass "
+                "trainer.train_dataloader, as PPOTrainer.train does."
+            )
+        if self._batches is None:
+            self._batches = self._cycle()
+        return next(self._batches)
+
+    def rollout_batch(self, data: Any = None, *args, **kwargs) -> Batch:
+        # The recorded batch stands for whatever data the script passes.
+        return self.prepare_batch()
+
+    def _cycle(self) -> Iterator[Batch]:
+        while True:
+            yield from self.loader
+
+    # -- engine life cycle and weight sync: nothing to do ------------------------
+    def initialize(self, *args, **kwargs) -> None:
+        logger.info(
+            f"Replay engine in place of the inference engine: recording "
+            f"{self.loader.reader.path}, data-parallel head "
+            f"{self.loader.dp_rank + 1}/{self.loader.dp_size}."
+        )
+
+    def destroy(self) -> None:
+        pass
+
+    def pause(self) -> None:
+        pass
+
+    def resume(self) -> None:
+        pass
+
+    def pause_generation(self) -> None:
+        pass
+
+    def continue_generation(self) -> None:
+        pass
+
+    def offload(self) -> None:
+        pass
+
+    def onload(self, *args, **kwargs) -> None:
+        pass
+
+    def set_version(self, version: int) -> None:
+        self._version = version
+
+    def get_version(self) -> int:
+        return self._version
+
+    def export_stats(self) -> dict[str, float]:
+        return {}
+
+    def config_perf_tracer(self, *args, **kwargs) -> None:
+        pass
+
+    def save_perf_tracer(self, *args, **kwargs) -> None:
+        pass
+
+    def update_weights_from_disk(self, *args, **kwargs) -> Future:
+        return _done_future()
+
+    def update_weights_from_distributed(self, *args, **kwargs) -> Future:
+        return _done_future()
+
+    def init_weights_update_group(self, *args, **kwargs) -> Future:
+        return _done_future()
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(
+            f"The replay engine has no '{name}': in replay mode no inference engine "
+            f"exists. If your script calls trainer.rollout.{name} itself, guard "
+            "that call with `if not config.debug.replay_rollout_data`."
+        )

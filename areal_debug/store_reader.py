@@ -1,0 +1,184 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Reading a recording: validation first, checksums on every load, weights_only only."""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from areal_debug.store_format import (
+    MANIFEST,
+    STATS,
+    STEP_META,
+    SUPPORTED_FORMAT_VERSIONS,
+    RecordingError,
+    read_json,
+    sha256_bytes,
+    step_dirname,
+)
+
+
+def format_ranges(steps: Iterable[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    steps = sorted(steps)
+    if not steps:
+        return "none"
+    parts, start, prev = [], steps[0], steps[0]
+    for s in steps[1:] + [None]:
+        if s is not None and s == prev + 1:
+            prev = s
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if s is not None:
+            start = prev = s
+    return ", ".join(parts)
+
+
+class RecordingReader:
+    """A validated recording directory."""
+
+    def __init__(self, path: str):
+        self.path = path
+        if not os.path.isdir(path):
+            raise RecordingError(
+                f"No recording at debug.path={path}: the directory does not exist. "
+                "By default the path is derived from the recorded run's "
+                "cluster.fileroot, experiment_name and trial_name; replay with the "
+                "same three values as the dump run, or set debug.path to the "
+                "recording directory (the one holding manifest.json)."
+            )
+        manifest_path = os.path.join(path, MANIFEST)
+        if not os.path.exists(manifest_path):
+            raise RecordingError(
+                f"{path} is not a recording: it has no {MANIFEST}. Point debug.path at "
+                "the directory a dump run (debug.dump_rollout_data=true) wrote; if "
+                "that run was killed before its first step, record again."
+            )
+        self.manifest = read_json(manifest_path, "manifest")
+        version = self.manifest.get("format_version")
+        if version not in SUPPORTED_FORMAT_VERSIONS:
+            raise RecordingError(
+                f"{manifest_path} has format_version={version!r}, but this areal-debug "
+                f"reads format versions {list(SUPPORTED_FORMAT_VERSIONS)}. It was "
+                f"written by areal-debug {self.manifest.get('areal_debug_version', '?')}; "
+                "install that version (or a newer one that reads it) to replay it."
+            )
+        layout = self.manifest.get("layout", {})
+        self.num_shards = int(layout["num_shards"])
+        self.steps_per_epoch = int(layout["steps_per_epoch"])
+        self._step_meta: dict[int, dict[str, Any]] = {}
+
+    # -- which steps exist -------------------------------------------------------
+    def available_steps(self) -> list[int]:
+        """Complete steps, i.e. those whose step.json exists."""
+        steps = []
+        for name in os.listdir(self.path):
+            if not name.startswith("step-"):
+                continue
+            try:
+                step = int(name.removeprefix("step-"))
+            except ValueError:
+                continue
+            if os.path.exists(os.path.join(self.path, name, STEP_META)):
+                steps.append(step)
+        return sorted(steps)
+
+    def require_steps(self, steps: Iterable[int]) -> None:
+        wanted = list(steps)
+        have = set(self.available_steps())
+        missing = [s for s in wanted if s not in have]
+        if not missing:
+            return
+        raise RecordingError(
+            f"The replay needs steps {format_ranges(wanted)} but the recording at "
+            f"{self.path} lacks steps {format_ranges(missing)} (complete steps: "
+            f"{format_ranges(have)}). Likely causes: the dump run stopped earlier "
+            "(check its log), debug.path points at another run, or the replay uses "
+            "a different experiment_name/trial_name than the dump. Replay fewer "
+            "steps (total_train_steps) or record the missing ones."
+        )
+
+    def step_meta(self, step: int) -> dict[str, Any]:
+        if step not in self._step_meta:
+            p = os.path.join(self.path, step_dirname(step), STEP_META)
+            if not os.path.exists(p):
+                self.require_steps([step])
+            self._step_meta[step] = read_json(p, "step metadata")
+        return self._step_meta[step]
+
+    def recorded_stats(self, step: int) -> dict[str, float] | None:
+        p = os.path.join(self.path, step_dirname(step), STATS)
+        if not os.path.exists(p):
+            return None
+        return read_json(p, "recorded statistics")["stats"]
+
+    # -- payloads ----------------------------------------------------------------
+    def load_shard(self, step: int, shard: int) -> list[dict[str, Any]]:
+        entry = self.step_meta(step)["shards"][shard]
+        payload = os.path.join(self.path, step_dirname(step), entry["file"])
+        try:
+            with open(payload, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise RecordingError(
+                f"Cannot read payload {payload}: {e}. The step is listed as complete, "
+                "so the file was removed or damaged after recording."
+            ) from e
+        actual = sha256_bytes(data)
+        if actual != entry["sha256"]:
+            raise RecordingError(
+                f"Checksum mismatch in {payload}: expected sha256 {entry['sha256']}, "
+                f"got {actual}. The file changed after it was recorded (disk error, "
+                "partial copy, manual edit); restore it from a copy or re-record."
+            )
+        return load_payload_bytes(data, payload)
+
+    def load_for_head(
+        self, step: int, dp_rank: int, dp_size: int
+    ) -> list[dict[str, Any]]:
+        """This head's part of a step, re-sharded if the topology changed.
+
+        Same number of heads: exactly the recorded shard. Otherwise the step's
+        global batch (shards concatenated in rank order) is cut into ``dp_size``
+        contiguous equal chunks.
+        """
+        if dp_size == self.num_shards:
+            return self.load_shard(step, dp_rank)
+        whole: list[dict[str, Any]] = []
+        for shard in range(self.num_shards):
+            whole.extend(self.load_shard(step, shard))
+        return reshard(whole, dp_rank, dp_size, step=step, num_shards=self.num_shards)
+
+
+def reshard(
+    whole: list, dp_rank: int, dp_size: int, *, step: int, num_shards: int
+) -> list:
+    if len(whole) % dp_size:
+        raise RecordingError(
+            f"Cannot split step {step} for {dp_size} data-parallel heads: it holds "
+            f"{len(whole)} trajectories (recorded by {num_shards} heads), which is "
+            f"not divisible by {dp_size}. Replay with a data-parallel size that "
+            f"divides {len(whole)}, e.g. {num_shards}."
+        )
+    chunk = len(whole) // dp_size
+    return whole[dp_rank * chunk : (dp_rank + 1) * chunk]
+
+
+def load_payload_bytes(data: bytes, name: str) -> list[dict[str, Any]]:
+    """Load a payload with ``weights_only=True``: no code from the file ever runs."""
+    try:
+        return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as e:
+        raise RecordingError(
+            f"Refused to load {name}: it contains objects other than tensors and "
+            "plain containers, so it cannot be loaded safely (torch.load with "
+            f"weights_only=True rejected it: {str(e).splitlines()[0]}). areal-debug "
+            "never writes such payloads; the file was not produced by a dump run."
+        ) from e
+    except Exception as e:  # noqa: BLE001 - any other failure means a broken file
+        raise RecordingError(f"Cannot load payload {name}: {e!r}") from e

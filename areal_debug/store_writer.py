@@ -1,0 +1,311 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Writing a recording: a snapshot on the training thread, all I/O on a writer thread."""
+
+from __future__ import annotations
+
+import atexit
+import io
+import os
+import queue
+import shutil
+import threading
+import time
+import weakref
+from typing import Any
+
+import torch
+from areal.utils import logging
+
+from areal_debug.store_format import (
+    FORMAT_VERSION,
+    MANIFEST,
+    STATS,
+    STEP_META,
+    RecordingError,
+    atomic_write_bytes,
+    atomic_write_json,
+    check_storable,
+    describe_batch,
+    read_json,
+    sha256_bytes,
+    shard_meta_name,
+    shard_payload_name,
+    step_dirname,
+)
+
+logger = logging.getLogger("DebugDump")
+
+
+def snapshot_value(value: Any, where: str) -> Any:
+    """A copy of ``value`` that later in-place changes to the original cannot reach."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach()
+        # .to(cpu) of a device tensor already copies; a CPU tensor needs a clone.
+        return value.clone() if value.device.type == "cpu" else value.to("cpu")
+    if isinstance(value, list | tuple):
+        items = [snapshot_value(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return items if isinstance(value, list) else tuple(items)
+    if isinstance(value, dict):
+        return {k: snapshot_value(v, f"{where}[{k!r}]") for k, v in value.items()}
+    check_storable(value, where)
+    return value
+
+
+def snapshot_batch(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Copy a rollout batch (list of trajectory dicts) for the background writer.
+
+    The trainer later adds keys (prox_logp, ref_logp, values...) to these very
+    dicts and may modify tensors in place, so the recording must not alias them.
+    """
+    if not isinstance(batch, list):
+        raise TypeError(
+            f"The rollout engine returned a {type(batch).__name__}; areal-debug "
+            "records the list of trajectory dicts that prepare_batch returns."
+        )
+    return [
+        {k: snapshot_value(v, f"trajectory[{i}][{k!r}]") for k, v in traj.items()}
+        for i, traj in enumerate(batch)
+    ]
+
+
+def epoch_of(global_step: int, steps_per_epoch: int) -> tuple[int, int]:
+    return global_step // steps_per_epoch, global_step % steps_per_epoch
+
+
+class RecordingWriter:
+    """Writes one data-parallel head's shards (and rank 0's stats) in the background.
+
+    ``submit_*`` only enqueue; at most ``max_pending`` steps wait in memory, after
+    which the training thread waits for the writer (back-pressure, logged).
+    ``close()`` (also run at interpreter exit) writes everything still queued.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        shard: int,
+        num_shards: int,
+        steps_per_epoch: int,
+        max_pending: int = 2,
+    ):
+        self.path = path
+        self.shard = shard
+        self.num_shards = num_shards
+        self.steps_per_epoch = steps_per_epoch
+        self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
+        self._error: BaseException | None = None
+        self._closed = False
+        self._thread = threading.Thread(
+            target=self._run, name=f"areal-debug-writer-{shard}", daemon=True
+        )
+        self._thread.start()
+        _live_writers.add(self)
+
+    # -- training thread -----------------------------------------------------
+    def submit_batch(self, global_step: int, batch: list[dict[str, Any]]) -> None:
+        self._put(("batch", global_step, snapshot_batch(batch)))
+
+    def submit_stats(self, global_step: int, stats: dict[str, float]) -> None:
+        self._put(("stats", global_step, dict(stats)))
+
+    def flush(self) -> None:
+        """Block until everything submitted is on disk; raise if writing failed."""
+        self._queue.join()
+        self._raise_if_failed()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.put(None)
+        self._thread.join()
+        _live_writers.discard(self)
+        self._raise_if_failed()
+
+    def _put(self, job) -> None:
+        self._raise_if_failed()
+        if self._closed:
+            raise RecordingError(
+                "The recording writer is closed; nothing more can be recorded."
+            )
+        try:
+            self._queue.put_nowait(job)
+        except queue.Full:
+            t0 = time.monotonic()
+            self._queue.put(job)
+            logger.warning(
+                f"Training waited {time.monotonic() - t0:.2f}s for the recording "
+                "writer (disk slower than training). Raise debug.max_pending_steps "
+                "to buffer more steps in memory."
+            )
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise RecordingError(
+                f"Writing the recording to {self.path} failed: {self._error!r}. "
+                "Steps recorded before the failure are intact; fix the cause "
+                "(disk space, permissions) and resume the run."
+            ) from self._error
+
+    # -- writer thread ---------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            job = self._queue.get()
+            try:
+                if job is None:
+                    return
+                if self._error is None:
+                    kind, step, payload = job
+                    if kind == "batch":
+                        self._write_shard(step, payload)
+                    else:
+                        self._write_stats(step, payload)
+            except BaseException as e:  # noqa: BLE001 - surfaced on the training thread
+                self._error = e
+                logger.error(f"Recording writer failed: {e!r}")
+            finally:
+                self._queue.task_done()
+
+    def _step_dir(self, step: int) -> str:
+        return os.path.join(self.path, step_dirname(step))
+
+    def _write_shard(self, step: int, batch: list[dict[str, Any]]) -> None:
+        buf = io.BytesIO()
+        torch.save(batch, buf)
+        data = buf.getbuffer()
+        step_dir = self._step_dir(step)
+        atomic_write_bytes(os.path.join(step_dir, shard_payload_name(self.shard)), data)
+        meta = {
+            "shard": self.shard,
+            "file": shard_payload_name(self.shard),
+            "bytes": len(data),
+            "sha256": sha256_bytes(data),
+            **describe_batch(batch),
+        }
+        atomic_write_json(os.path.join(step_dir, shard_meta_name(self.shard)), meta)
+        logger.info(
+            f"Recorded step {step} shard {self.shard + 1}/{self.num_shards}: "
+            f"{meta['num_trajectories']} trajectories, {meta['num_tokens']} tokens, "
+            f"{len(data) / 2**20:.2f} MiB"
+        )
+        self._maybe_finish_step(step)
+
+    def _maybe_finish_step(self, step: int) -> None:
+        """Write step.json once every head's shard metadata is on disk.
+
+        Each head checks after writing its own shard, so the last one to finish
+        always sees all of them. Two heads finishing together both write the
+        same content; the rename makes either result whole.
+        """
+        step_dir = self._step_dir(step)
+        metas = []
+        for shard in range(self.num_shards):
+            p = os.path.join(step_dir, shard_meta_name(shard))
+            if not os.path.exists(p):
+                return
+            metas.append(read_json(p, "shard metadata"))
+        epoch, epoch_step = epoch_of(step, self.steps_per_epoch)
+        versions = [m["policy_version"] for m in metas if m["policy_version"]]
+        step_meta = {
+            "format_version": FORMAT_VERSION,
+            "global_step": step,
+            "epoch": epoch,
+            "epoch_step": epoch_step,
+            "num_shards": self.num_shards,
+            "num_trajectories": sum(m["num_trajectories"] for m in metas),
+            "num_tokens": sum(m["num_tokens"] for m in metas),
+            "policy_version": [min(v[0] for v in versions), max(v[1] for v in versions)]
+            if versions
+            else None,
+            "shards": metas,
+        }
+        atomic_write_json(os.path.join(step_dir, STEP_META), step_meta)
+
+    def _write_stats(self, step: int, stats: dict[str, float]) -> None:
+        atomic_write_json(
+            os.path.join(self._step_dir(step), STATS),
+            {"global_step": step, "stats": stats},
+        )
+
+
+_live_writers: weakref.WeakSet[RecordingWriter] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_writers() -> None:
+    # A script that never calls trainer.close() must not lose queued steps.
+    for writer in list(_live_writers):
+        try:
+            writer.close()
+        except Exception as e:  # noqa: BLE001
+            logger.error(f"Recording writer for {writer.path} failed at exit: {e!r}")
+
+
+def write_manifest(path: str, manifest: dict[str, Any]) -> None:
+    """Create or continue a recording at ``path`` (global rank 0 only).
+
+    Continuing is allowed for the same experiment, trial and layout (a resumed
+    dump run); anything else is refused so no recording is ever mixed.
+    """
+    manifest_path = os.path.join(path, MANIFEST)
+    if os.path.exists(manifest_path):
+        old = read_json(manifest_path, "manifest")
+        keys = ("format_version", "experiment_name", "trial_name")
+        mismatched = {
+            k: (old.get(k), manifest.get(k))
+            for k in keys
+            if old.get(k) != manifest.get(k)
+        }
+        old_layout = {
+            k: old.get("layout", {}).get(k) for k in ("num_shards", "steps_per_epoch")
+        }
+        new_layout = {
+            k: manifest["layout"][k] for k in ("num_shards", "steps_per_epoch")
+        }
+        if old_layout != new_layout:
+            mismatched["layout"] = (old_layout, new_layout)
+        if mismatched:
+            details = "; ".join(
+                f"{k}: recorded {a!r}, this run {b!r}"
+                for k, (a, b) in mismatched.items()
+            )
+            raise RecordingError(
+                f"debug.path={path} already holds a different recording ({details}). "
+                "Recordings are never mixed or overwritten: set debug.path to a new "
+                "directory, or move the old recording away."
+            )
+        logger.info(
+            f"Continuing the recording at {path} (same experiment, trial and layout)."
+        )
+        manifest = {**manifest, "created": old.get("created", manifest["created"])}
+    atomic_write_json(manifest_path, manifest)
+
+
+def supersede_steps(path: str, first_step: int) -> list[int]:
+    """Move steps >= ``first_step`` aside before they are recorded again.
+
+    A resumed dump run regenerates those steps; the old ones go to
+    ``superseded/<time>/`` instead of being overwritten (nothing is lost).
+    """
+    if not os.path.isdir(path):
+        return []
+    moved = []
+    target = os.path.join(path, "superseded", time.strftime("%Y%m%d-%H%M%S"))
+    for name in sorted(os.listdir(path)):
+        if not name.startswith("step-"):
+            continue
+        try:
+            step = int(name.removeprefix("step-"))
+        except ValueError:
+            continue
+        if step >= first_step:
+            os.makedirs(target, exist_ok=True)
+            shutil.move(os.path.join(path, name), os.path.join(target, name))
+            moved.append(step)
+    if moved:
+        logger.warning(
+            f"Steps {moved} were already recorded at {path} and will be recorded "
+            f"again by this run; the old ones were moved to {target}."
+        )
+    return moved

@@ -1,0 +1,291 @@
+# SPDX-License-Identifier: Apache-2.0
+"""DebugPPOTrainer: AReaL's PPOTrainer with rollout recording and replay.
+
+A training script changes two lines (config class, trainer class). With the
+``debug`` flags off nothing differs from ``PPOTrainer``. In dump mode the
+inference engine is wrapped so each data-parallel head's ``prepare_batch``
+output is recorded; in replay mode no engine is built and a ReplayEngine
+returns the recorded batches into AReaL's unchanged training loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import platform
+from importlib.metadata import version as pkg_version
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from areal.api import RolloutWorkflow
+from areal.trainer.rl_trainer import PPOTrainer
+from areal.utils import logging
+from areal.utils.environ import is_single_controller
+from areal.utils.stats_logger import StatsLogger
+
+from areal_debug.config import DebugConfig
+from areal_debug.engines import RecordingEngine, ReplayEngine
+from areal_debug.replay_loader import ReplayDataLoader
+from areal_debug.store_format import FORMAT_VERSION, atomic_write_json
+from areal_debug.store_reader import RecordingReader
+from areal_debug.store_writer import RecordingWriter, supersede_steps, write_manifest
+from areal_debug.verify import REPORT_NAME, ReplayVerifier, training_stats
+
+logger = logging.getLogger("DebugPPOTrainer")
+
+
+class _NeverRunWorkflow(RolloutWorkflow):
+    """Lets ``train(workflow=None)`` pass AReaL's check in replay mode."""
+
+    async def arun_episode(self, engine, data):  # pragma: no cover - never called
+        raise RuntimeError("Replay mode never runs a rollout workflow.")
+
+
+def _is_rank0() -> bool:
+    return not dist.is_initialized() or dist.get_rank() == 0
+
+
+def enable_determinism() -> None:
+    """Deterministic kernels, as the dump/replay comparison needs on GPUs."""
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+
+
+class DebugPPOTrainer(PPOTrainer):
+    def __init__(self, config, train_dataset=None, valid_dataset=None):
+        self.debug: DebugConfig = getattr(config, "debug", None) or DebugConfig()
+        self._replaying = self.debug.replay_rollout_data
+        self._dumping = self.debug.dump_rollout_data
+        self._writer: RecordingWriter | None = None
+        self._next_record_step = 0
+        self._reader: RecordingReader | None = None
+        self._verifier: ReplayVerifier | None = None
+        self._eval_skip_logged = False
+        if self.debug.enabled and is_single_controller():
+            raise NotImplementedError(
+                "areal-debug records and replays in SPMD mode (AReaL's launchers or "
+                "torchrun); single-controller mode (scheduler.type=local) is not "
+                "supported yet. Start the run through AReaL's SPMD launcher "
+                "(python -m areal.infra.launcher.local ...) or torchrun with "
+                "AREAL_SPMD_MODE=1, or turn debug off."
+            )
+        if self.debug.deterministic:
+            enable_determinism()
+        if self._replaying:
+            # Fail on a bad path before any model is built.
+            self._reader = RecordingReader(self.debug.path)
+            self._prepare_replay_config(config)
+            if train_dataset is None:
+                # PPOTrainer insists on a dataset; replay never reads one.
+                train_dataset = []
+        super().__init__(config, train_dataset, valid_dataset)
+        self._wrap_stats_commit()
+        if self._replaying:
+            self._start_replay()
+        elif self._dumping:
+            self._start_dump()
+
+    # -- replay --------------------------------------------------------------------
+    def _prepare_replay_config(self, config) -> None:
+        if config.actor.weight_update_mode != "disk":
+            # xccl would open a weight-update group towards inference servers
+            # in __init__; replay sends no weights, so the mode is irrelevant.
+            logger.info(
+                f"Replay: actor.weight_update_mode={config.actor.weight_update_mode} "
+                "read as 'disk' (replay sends no weights anywhere)."
+            )
+            config.actor.weight_update_mode = "disk"
+
+    def _create_dataloader(self, dataset, dataset_config, rank, world_size):
+        if self._replaying and dataset_config is self.config.train_dataset:
+            return ReplayDataLoader(self._reader, dp_rank=rank, dp_size=world_size)
+        return super()._create_dataloader(dataset, dataset_config, rank, world_size)
+
+    def _init_rollout(self, rollout_config, is_eval=False, lora_path=None):
+        if self._replaying:
+            if is_eval:
+                return None
+            engine = ReplayEngine(self.train_dataloader)
+            engine.initialize()
+            return engine
+        engine = super()._init_rollout(
+            rollout_config, is_eval=is_eval, lora_path=lora_path
+        )
+        if self._dumping and not is_eval:
+            return RecordingEngine(engine, self._record_batch)
+        return engine
+
+    def _start_replay(self) -> None:
+        reader = self._reader
+        assert reader is not None
+        self.actor.update_weights = self._skip_weight_update
+        dp_size = self.actor.data_parallel_world_size
+        topology = {
+            "recorded_heads": reader.num_shards,
+            "replay_heads": dp_size,
+            "changed": reader.num_shards != dp_size,
+        }
+        if topology["changed"]:
+            logger.warning(
+                f"Replaying a recording of {reader.num_shards} data-parallel heads on "
+                f"{dp_size}: each step's batch is re-split, so statistics may differ."
+            )
+        self._verifier = ReplayVerifier(
+            reader.path, self.debug.verify_rtol, self.debug.verify_atol, topology
+        )
+
+    def _skip_weight_update(self, meta) -> None:
+        # Nothing receives weights in replay; saving them each step would only cost time.
+        pass
+
+    def _evaluate(
+        self, eval_workflow, eval_workflow_kwargs, epoch, epoch_step, global_step
+    ):
+        if not self._replaying:
+            return super()._evaluate(
+                eval_workflow, eval_workflow_kwargs, epoch, epoch_step, global_step
+            )
+        if not self._eval_skip_logged and eval_workflow is not None:
+            logger.info("Replay: evaluation rollouts skipped (no inference engine).")
+            self._eval_skip_logged = True
+
+    def _ensure_proxy_started(self) -> None:
+        if not self._replaying:
+            super()._ensure_proxy_started()
+
+    # -- dump ------------------------------------------------------------------------
+    def _start_dump(self) -> None:
+        if _is_rank0():
+            write_manifest(self.debug.path, self._manifest())
+        logger.info(f"Recording rollout batches to {self.debug.path}")
+
+    def _manifest(self) -> dict[str, Any]:
+        world = dist.get_world_size() if dist.is_initialized() else 1
+        return {
+            "format_version": FORMAT_VERSION,
+            "areal_debug_version": pkg_version("areal-debug"),
+            "areal_version": pkg_version("areal"),
+            "torch_version": torch.__version__,
+            "python_version": platform.python_version(),
+            "created": datetime.datetime.now(datetime.UTC).isoformat(),
+            "experiment_name": self.config.experiment_name,
+            "trial_name": self.config.trial_name,
+            "layout": {
+                "mode": "spmd",
+                "world_size": world,
+                "num_shards": self.actor.data_parallel_world_size,
+                "steps_per_epoch": len(self.train_dataloader),
+                "actor_backend": self.config.actor.backend,
+                "rollout_backend": self.config.rollout.backend,
+            },
+            "determinism": {
+                "torch_deterministic_algorithms": torch.are_deterministic_algorithms_enabled()
+            },
+            "config": json.loads(
+                json.dumps(dataclasses.asdict(self.config), default=str)
+            ),
+        }
+
+    def _record_batch(self, batch) -> None:
+        if self._writer is None:
+            self._writer = RecordingWriter(
+                self.debug.path,
+                shard=self.actor.data_parallel_rank,
+                num_shards=self.actor.data_parallel_world_size,
+                steps_per_epoch=len(self.train_dataloader),
+                max_pending=self.debug.max_pending_steps,
+            )
+        step = self._next_record_step
+        self._next_record_step += 1
+        self._writer.submit_batch(step, batch)
+
+    # -- both ------------------------------------------------------------------------
+    def _wrap_stats_commit(self) -> None:
+        commit = self.stats_logger.commit
+
+        def commit_and_capture(epoch, step, global_step, data):
+            if _is_rank0() and isinstance(data, dict):
+                self._on_step_stats(global_step, training_stats(data))
+            return commit(epoch, step, global_step, data)
+
+        self.stats_logger.commit = commit_and_capture
+
+    def _on_step_stats(self, global_step: int, stats: dict[str, float]) -> None:
+        if self._dumping:
+            if self._writer is not None:
+                self._writer.submit_stats(global_step, stats)
+        elif self._replaying:
+            assert self._verifier is not None and self._reader is not None
+            entry = self._verifier.add(
+                global_step, self._reader.recorded_stats(global_step), stats
+            )
+            if entry["status"] == "diverged":
+                first = self._verifier.first_divergence()
+                logger.warning(
+                    f"Replay step {global_step} diverged from the recording "
+                    f"(largest: {first['metric']} recorded {first['recorded']!r}, "
+                    f"replayed {first['replayed']!r})."
+                )
+            self._write_report()
+
+    def _start_step(self) -> int:
+        if self.recover_info is not None:
+            return self.recover_info.last_step_info.next().global_step
+        return 0
+
+    def _end_step(self, total_epochs: int | None) -> int:
+        epochs = (
+            total_epochs if total_epochs is not None else self.config.total_train_epochs
+        )
+        end = epochs * len(self.train_dataloader)
+        if self.config.total_train_steps is not None:
+            end = min(end, self.config.total_train_steps)
+        return end
+
+    def train(
+        self, workflow=None, eval_workflow=None, *args, total_epochs=None, **kwargs
+    ):
+        start = self._start_step()
+        if self._replaying:
+            assert self._reader is not None
+            self._reader.require_steps(range(start, self._end_step(total_epochs)))
+            if workflow is None:
+                workflow = _NeverRunWorkflow()
+        elif self._dumping:
+            if _is_rank0():
+                supersede_steps(self.debug.path, start)
+            dist.barrier(group=self.actor.cpu_group)
+            self._next_record_step = start
+        try:
+            return super().train(
+                workflow, eval_workflow, *args, total_epochs=total_epochs, **kwargs
+            )
+        finally:
+            self._finish_recording()
+            if self._replaying and _is_rank0() and self._verifier is not None:
+                for line in self._verifier.summary_lines():
+                    logger.info(line)
+
+    def _finish_recording(self) -> None:
+        if self._writer is not None:
+            self._writer.flush()
+
+    def _write_report(self) -> None:
+        atomic_write_json(self.replay_report_path, self._verifier.report())
+
+    @property
+    def replay_report_path(self) -> str:
+        return os.path.join(
+            StatsLogger.get_log_path(self.config.stats_logger), REPORT_NAME
+        )
+
+    def close(self):
+        try:
+            if self._writer is not None:
+                self._writer.close()
+        finally:
+            super().close()

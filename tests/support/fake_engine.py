@@ -1,0 +1,123 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Test double for AReaL's inference engine, at the engine interface.
+
+SGLang cannot run on these machines. This double does what RemoteSGLangEngine
+does from the trainer's point of view: it reads prompts from the trainer's own
+dataloader, "samples" completions (seeded, no model), scores them with the
+real reward function and returns RLVR-format trajectories from prepare_batch.
+Everything around it (FSDP actor, PPOTrainer loop, redistribution) is AReaL's.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import Future
+
+import torch
+from areal.utils.data import concat_padded_tensors, cycle_dataloader
+from areal.workflow.rlvr import default_get_input_ids_fn
+
+from areal_debug.tiny_task import arithmetic_reward
+
+FORBID_ENV = "AREAL_DEBUG_TEST_FORBID_ENGINE"
+
+
+class FakeRolloutEngine:
+    constructed = 0
+
+    def __init__(self, tokenizer, n_samples: int, seed: int, rank: int):
+        if os.environ.get(FORBID_ENV) == "1":
+            raise AssertionError("the inference engine was constructed during replay")
+        FakeRolloutEngine.constructed += 1
+        self.tokenizer = tokenizer
+        self.n_samples = n_samples
+        self.gen = torch.Generator().manual_seed(seed * 1000 + rank)
+        self._data = None
+        self._version = 0
+        self.digit_ids = [tokenizer.convert_tokens_to_ids(str(d)) for d in range(19)]
+        self.eos = tokenizer.eos_token_id
+
+    def _sample(self, prompt_ids: list[int], answer: str) -> dict:
+        n = int(torch.randint(1, 6, (1,), generator=self.gen))
+        picks = torch.randint(0, len(self.digit_ids), (n,), generator=self.gen)
+        out = [self.digit_ids[i] for i in picks.tolist()] + [self.eos]
+        text = self.tokenizer.decode(out)
+        reward = arithmetic_reward(None, text, prompt_ids, out, answer)
+        ids = prompt_ids + out
+        L, P = len(ids), len(prompt_ids)
+        logprobs = -torch.rand(L, generator=self.gen) * 3.0
+        logprobs[:P] = 0.0
+        versions = torch.full((L,), self._version, dtype=torch.int32)
+        versions[:P] = -1
+        return {
+            "input_ids": torch.tensor(ids, dtype=torch.int32).unsqueeze(0),
+            "loss_mask": torch.tensor(
+                [0] * P + [1] * len(out), dtype=torch.int32
+            ).unsqueeze(0),
+            "logprobs": logprobs.to(torch.float32).unsqueeze(0),
+            "versions": versions.unsqueeze(0),
+            "attention_mask": torch.ones(1, L, dtype=torch.bool),
+            "rewards": torch.tensor([reward], dtype=torch.float32),
+        }
+
+    def prepare_batch(
+        self,
+        dataloader,
+        workflow=None,
+        workflow_kwargs=None,
+        should_accept_fn=None,
+        group_size=1,
+        dynamic_bs=False,
+    ):
+        if self._data is None:
+            self._data = cycle_dataloader(dataloader)
+        batch = []
+        for item in next(self._data):
+            # The same prompt encoding RLVRWorkflow uses.
+            prompt_ids = default_get_input_ids_fn(
+                item["messages"], self.tokenizer, False
+            )
+            group = [
+                self._sample(list(prompt_ids), item["answer"])
+                for _ in range(group_size)
+            ]
+            batch.append(concat_padded_tensors(group))
+        return batch
+
+    def initialize(self, *a, **k):
+        pass
+
+    def destroy(self):
+        pass
+
+    def pause(self):
+        pass
+
+    def resume(self):
+        pass
+
+    def pause_generation(self):
+        pass
+
+    def continue_generation(self):
+        pass
+
+    def set_version(self, v):
+        self._version = v
+
+    def get_version(self):
+        return self._version
+
+    def export_stats(self):
+        return {}
+
+    def save_perf_tracer(self, *a, **k):
+        pass
+
+    def config_perf_tracer(self, *a, **k):
+        pass
+
+    def update_weights_from_disk(self, meta):
+        fut = Future()
+        fut.set_result(None)
+        return fut
