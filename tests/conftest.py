@@ -1,0 +1,26 @@
+# SPDX-License-Identifier: Apache-2.0
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="session")
+def tiny_assets(tmp_path_factory):
+    """The tiny offline model and arithmetic dataset, built once per session."""
+    from areal_debug.tiny_task import build_tiny_model, write_dataset
+
+    root = tmp_path_factory.mktemp("assets")
+    build_tiny_model(str(root / "model"))
+    write_dataset(str(root / "data.jsonl"), n=64)
+    return root
+
+
+@pytest.fixture
+def workdir(tiny_assets, tmp_path):
+    """A run directory with links to the tiny model and dataset."""
+    os.symlink(tiny_assets / "model", tmp_path / "model")
+    os.symlink(tiny_assets / "data.jsonl", tmp_path / "data.jsonl")
+    return tmp_path

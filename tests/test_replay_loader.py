@@ -1,0 +1,103 @@
+# SPDX-License-Identifier: Apache-2.0
+"""ReplayDataLoader (Stateful protocol) and the engines standing in for AReaL's."""
+
+import json
+
+import pytest
+import torch
+from test_store import record, traj
+
+from areal_debug.engines import RecordingEngine, ReplayEngine
+from areal_debug.replay_loader import ReplayDataLoader
+from areal_debug.store_reader import RecordingReader
+
+
+@pytest.fixture
+def reader(tmp_path):
+    # 2 epochs of 3 steps, one head; step k's batch is traj(k).
+    record(str(tmp_path), {k: [[traj(k)]] for k in range(6)}, steps_per_epoch=3)
+    return RecordingReader(str(tmp_path))
+
+
+def ids(batch):
+    return batch[0]["input_ids"]
+
+
+def test_len_is_recorded_steps_per_epoch(reader):
+    assert len(ReplayDataLoader(reader, 0, 1)) == 3
+
+
+def test_iterates_one_epoch_at_a_time_in_order(reader):
+    loader = ReplayDataLoader(reader, 0, 1)
+    first = list(loader)
+    second = list(loader)
+    assert len(first) == 3 and len(second) == 3
+    for k, batch in enumerate(first + second):
+        assert torch.equal(ids(batch), traj(k)["input_ids"])
+
+
+def test_state_round_trips_through_json(reader):
+    loader = ReplayDataLoader(reader, 0, 1)
+    it = iter(loader)
+    next(it)
+    next(it)
+    state = json.loads(json.dumps(loader.state_dict()))
+    assert state == {"next_step": 2}
+    resumed = ReplayDataLoader(reader, 0, 1)
+    resumed.load_state_dict(state)
+    assert torch.equal(ids(next(iter(resumed))), traj(2)["input_ids"])
+
+
+def test_empty_state_is_a_no_op(reader):
+    loader = ReplayDataLoader(reader, 0, 1)
+    next(iter(loader))
+    loader.load_state_dict({})
+    assert loader.state_dict() == {"next_step": 1}
+
+
+def test_foreign_state_is_refused_clearly(reader):
+    with pytest.raises(ValueError, match="without 'next_step'"):
+        ReplayDataLoader(reader, 0, 1).load_state_dict({"_sampler_iter_yielded": 3})
+
+
+def test_replay_engine_returns_steps_across_epochs(reader):
+    loader = ReplayDataLoader(reader, 0, 1)
+    engine = ReplayEngine(loader)
+    for k in range(6):
+        assert torch.equal(
+            ids(engine.prepare_batch(loader, workflow=object())), traj(k)["input_ids"]
+        )
+    assert loader.state_dict() == {"next_step": 6}
+
+
+def test_replay_engine_weight_sync_is_a_completed_no_op(reader):
+    engine = ReplayEngine(ReplayDataLoader(reader, 0, 1))
+    assert engine.update_weights_from_disk(None).result(timeout=0) is None
+    engine.set_version(5)
+    assert engine.get_version() == 5 and engine.export_stats() == {}
+
+
+def test_replay_engine_refuses_another_dataloader_and_unknown_calls(reader):
+    engine = ReplayEngine(ReplayDataLoader(reader, 0, 1))
+    with pytest.raises(TypeError, match="ReplayDataLoader"):
+        engine.prepare_batch([[{"prompt": "x"}]])
+    with pytest.raises(AttributeError, match="no inference engine exists"):
+        engine.submit({}, None)
+
+
+def test_recording_engine_passes_batches_through_and_delegates():
+    seen = []
+
+    class Engine:
+        version = 3
+
+        def prepare_batch(self, dataloader, **kw):
+            return [traj(dataloader)]
+
+        def get_version(self):
+            return self.version
+
+    wrapped = RecordingEngine(Engine(), seen.append)
+    out = wrapped.prepare_batch(7, workflow=None)
+    assert seen == [out] and torch.equal(ids(out), traj(7)["input_ids"])
+    assert wrapped.get_version() == 3
