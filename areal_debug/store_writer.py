@@ -36,36 +36,43 @@ from areal_debug.store_format import (
 logger = logging.getLogger("DebugDump")
 
 
-def snapshot_value(value: Any, where: str) -> Any:
-    """A copy of ``value`` that later in-place changes to the original cannot reach."""
+def _path(parts: tuple) -> str:
+    return "trajectory" + "".join(f"[{p!r}]" for p in parts)
+
+
+def snapshot_value(value: Any, clone: bool, parts: tuple = ()) -> Any:
+    """Copy containers (and tensors when ``clone``) so later changes cannot reach the copy."""
     if isinstance(value, torch.Tensor):
         value = value.detach()
-        # .to(cpu) of a device tensor already copies; a CPU tensor needs a clone.
-        return value.clone() if value.device.type == "cpu" else value.to("cpu")
-    if isinstance(value, list | tuple):
-        items = [snapshot_value(v, f"{where}[{i}]") for i, v in enumerate(value)]
-        return items if isinstance(value, list) else tuple(items)
+        if value.device.type != "cpu":
+            return value.to("cpu")  # already a copy
+        return value.clone() if clone else value
     if isinstance(value, dict):
-        return {k: snapshot_value(v, f"{where}[{k!r}]") for k, v in value.items()}
-    check_storable(value, where)
+        return {k: snapshot_value(v, clone, (*parts, k)) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        items = [snapshot_value(v, clone, (*parts, i)) for i, v in enumerate(value)]
+        return items if isinstance(value, list) else tuple(items)
+    check_storable(value, _path(parts))
     return value
 
 
-def snapshot_batch(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def snapshot_batch(
+    batch: list[dict[str, Any]], clone_tensors: bool = True
+) -> list[dict[str, Any]]:
     """Copy a rollout batch (list of trajectory dicts) for the background writer.
 
-    The trainer later adds keys (prox_logp, ref_logp, values...) to these very
-    dicts and may modify tensors in place, so the recording must not alias them.
+    The trainer adds keys (prox_logp, ref_logp, values...) to the dicts it is
+    given and may change tensors in place, so the recording must not alias
+    them. ``clone_tensors=False`` is for when the trainer never sees these
+    host tensors: AReaL copies the batch to the accelerator first
+    (``tensor_container_to``), so only the containers need copying.
     """
     if not isinstance(batch, list):
         raise TypeError(
             f"The rollout engine returned a {type(batch).__name__}; areal-debug "
             "records the list of trajectory dicts that prepare_batch returns."
         )
-    return [
-        {k: snapshot_value(v, f"trajectory[{i}][{k!r}]") for k, v in traj.items()}
-        for i, traj in enumerate(batch)
-    ]
+    return [snapshot_value(traj, clone_tensors, (i,)) for i, traj in enumerate(batch)]
 
 
 def epoch_of(global_step: int, steps_per_epoch: int) -> tuple[int, int]:
@@ -88,11 +95,13 @@ class RecordingWriter:
         num_shards: int,
         steps_per_epoch: int,
         max_pending: int = 2,
+        clone_tensors: bool = True,
     ):
         self.path = path
         self.shard = shard
         self.num_shards = num_shards
         self.steps_per_epoch = steps_per_epoch
+        self.clone_tensors = clone_tensors
         self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
         self._error: BaseException | None = None
         self._closed = False
@@ -104,7 +113,7 @@ class RecordingWriter:
 
     # -- training thread -----------------------------------------------------
     def submit_batch(self, global_step: int, batch: list[dict[str, Any]]) -> None:
-        self._put(("batch", global_step, snapshot_batch(batch)))
+        self._put(("batch", global_step, snapshot_batch(batch, self.clone_tensors)))
 
     def submit_stats(self, global_step: int, stats: dict[str, float]) -> None:
         self._put(("stats", global_step, dict(stats)))

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from areal.api import RolloutWorkflow
+from areal.infra import current_platform
 from areal.trainer.rl_trainer import PPOTrainer
 from areal.utils import logging
 from areal.utils.environ import is_single_controller
@@ -46,6 +47,13 @@ class _NeverRunWorkflow(RolloutWorkflow):
 
 def _is_rank0() -> bool:
     return not dist.is_initialized() or dist.get_rank() == 0
+
+
+def _trains_on_cpu() -> bool:
+    # On an accelerator AReaL copies the batch to the device before any use
+    # (dist_rollout.tensor_container_to), so the host tensors the engine returned
+    # stay untouched and need no clone; on CPU that .to() returns the same tensors.
+    return torch.device(current_platform.current_device()).type == "cpu"
 
 
 def enable_determinism() -> None:
@@ -198,6 +206,7 @@ class DebugPPOTrainer(PPOTrainer):
                 num_shards=self.actor.data_parallel_world_size,
                 steps_per_epoch=len(self.train_dataloader),
                 max_pending=self.debug.max_pending_steps,
+                clone_tensors=_trains_on_cpu(),
             )
         step = self._next_record_step
         self._next_record_step += 1

@@ -277,3 +277,13 @@ def test_writer_failure_surfaces_on_the_training_thread(tmp_path):
 def test_format_ranges():
     assert format_ranges([5, 0, 1, 2, 7, 8]) == "0-2, 5, 7-8"
     assert format_ranges([]) == "none"
+
+
+def test_accelerator_snapshot_copies_containers_not_tensors():
+    batch = [traj(1)]
+    snap = snapshot_batch(batch, clone_tensors=False)
+    batch[0]["prox_logp"] = torch.zeros(2, 5)
+    assert "prox_logp" not in snap[0]
+    assert snap[0]["input_ids"].data_ptr() == batch[0]["input_ids"].data_ptr()
+    cloned = snapshot_batch(batch, clone_tensors=True)
+    assert cloned[0]["input_ids"].data_ptr() != batch[0]["input_ids"].data_ptr()
