@@ -152,7 +152,13 @@ def describe_batch(batch: list[dict[str, Any]]) -> dict[str, Any]:
             n_tokens += int(mask.sum().item())
         v = traj.get("versions")
         if isinstance(v, torch.Tensor):
-            v = v[v >= 0]  # -1 marks prompt tokens
+            # Only generated tokens carry a policy version: prompts hold -1 and
+            # right-padding holds the pad value, so select by loss_mask.
+            lm = traj.get("loss_mask")
+            if isinstance(lm, torch.Tensor) and lm.shape == v.shape:
+                v = v[lm.bool()]
+            else:
+                v = v[v >= 0]
             if v.numel():
                 versions.append(v)
     out: dict[str, Any] = {

@@ -287,3 +287,16 @@ def test_accelerator_snapshot_copies_containers_not_tensors():
     assert snap[0]["input_ids"].data_ptr() == batch[0]["input_ids"].data_ptr()
     cloned = snapshot_batch(batch, clone_tensors=True)
     assert cloned[0]["input_ids"].data_ptr() != batch[0]["input_ids"].data_ptr()
+
+
+def test_policy_version_ignores_prompt_and_padding():
+    from areal_debug.store_format import describe_batch
+
+    t = traj(1, group=2, length=6)
+    t["versions"] = torch.tensor(
+        [[-1, -1, 4, 5, 0, 0], [-1, -1, 4, 4, 4, 4]], dtype=torch.int32
+    )
+    t["loss_mask"] = torch.tensor(
+        [[0, 0, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1]], dtype=torch.int32
+    )
+    assert describe_batch([t])["policy_version"] == [4, 5]

@@ -1,0 +1,122 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The ``areal-debug`` command: look into and check recordings.
+
+areal-debug inspect PATH     what a recording holds, step by step
+areal-debug verify PATH      check every payload's checksum and safe loading
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from areal_debug.store_format import STATS, RecordingError, step_dirname
+from areal_debug.store_reader import RecordingReader, format_ranges
+
+
+def _incomplete_steps(reader: RecordingReader) -> list[int]:
+    complete = set(reader.available_steps())
+    out = []
+    for name in os.listdir(reader.path):
+        if name.startswith("step-"):
+            try:
+                step = int(name.removeprefix("step-"))
+            except ValueError:
+                continue
+            if step not in complete:
+                out.append(step)
+    return sorted(out)
+
+
+def cmd_inspect(args) -> int:
+    reader = RecordingReader(args.path)
+    m = reader.manifest
+    layout = m.get("layout", {})
+    print(f"recording   {reader.path}")
+    print(
+        f"format      v{m['format_version']} (areal-debug {m.get('areal_debug_version', '?')}, "
+        f"areal {m.get('areal_version', '?')}, torch {m.get('torch_version', '?')})"
+    )
+    print(
+        f"run         {m.get('experiment_name')}/{m.get('trial_name')}, created {m.get('created')}"
+    )
+    print(
+        f"layout      {layout.get('mode', '?')}, world size {layout.get('world_size', '?')}, "
+        f"{reader.num_shards} data-parallel head(s), {reader.steps_per_epoch} steps/epoch"
+    )
+    steps = reader.available_steps()
+    print(
+        f"steps       {format_ranges(steps)} complete"
+        + (
+            f"; incomplete: {format_ranges(_incomplete_steps(reader))}"
+            if _incomplete_steps(reader)
+            else ""
+        )
+    )
+    print()
+    print(
+        f"{'step':>6} {'epoch':>5} {'trajs':>6} {'tokens':>9} {'versions':>9} {'MiB':>8}  stats"
+    )
+    for step in steps:
+        meta = reader.step_meta(step)
+        size = sum(s["bytes"] for s in meta["shards"]) / 2**20
+        v = meta.get("policy_version")
+        versions = f"{v[0]}-{v[1]}" if v else "-"
+        has_stats = os.path.exists(os.path.join(reader.path, step_dirname(step), STATS))
+        print(
+            f"{step:>6} {meta['epoch']:>5} {meta['num_trajectories']:>6} {meta['num_tokens']:>9} "
+            f"{versions:>9} {size:>8.2f}  {'yes' if has_stats else 'no'}"
+        )
+    return 0
+
+
+def cmd_verify(args) -> int:
+    reader = RecordingReader(args.path)
+    steps = reader.available_steps()
+    checked, problems = 0, []
+    for step in steps:
+        for shard in range(reader.step_meta(step)["num_shards"]):
+            checked += 1
+            try:
+                reader.load_shard(step, shard)
+            except RecordingError as e:
+                problems.append(str(e))
+    bad_payloads = len(problems)
+    for step in _incomplete_steps(reader):
+        problems.append(
+            f"step {step} is incomplete (no step.json): a head did not finish "
+            "writing it; replay cannot use it."
+        )
+    for p in problems:
+        print(f"FAIL {p}")
+    print(
+        f"{checked - bad_payloads}/{checked} payloads of {len(steps)} steps verified; "
+        f"{len(problems)} problem(s)."
+    )
+    return 1 if problems else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="areal-debug", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("inspect", help="show what a recording holds")
+    p.add_argument("path", help="recording directory (holds manifest.json)")
+    p.set_defaults(func=cmd_inspect)
+    p = sub.add_parser("verify", help="check every payload's checksum and safe loading")
+    p.add_argument("path", help="recording directory (holds manifest.json)")
+    p.set_defaults(func=cmd_verify)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except RecordingError as e:
+        print(f"areal-debug: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

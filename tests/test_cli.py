@@ -1,0 +1,37 @@
+# SPDX-License-Identifier: Apache-2.0
+"""areal-debug inspect / verify."""
+
+import os
+
+from test_store import record, traj
+
+from areal_debug.cli import main
+from areal_debug.store_format import STEP_META, shard_payload_name, step_dirname
+
+
+def test_inspect_lists_steps(tmp_path, capsys):
+    record(str(tmp_path), {0: [[traj(0)]], 1: [[traj(1)]]}, steps_per_epoch=5)
+    assert main(["inspect", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "0-1 complete" in out and "1 data-parallel head(s), 5 steps/epoch" in out
+
+
+def test_verify_passes_then_names_the_damaged_file(tmp_path, capsys):
+    record(str(tmp_path), {0: [[traj(0)]], 1: [[traj(1)]]})
+    assert main(["verify", str(tmp_path)]) == 0
+    assert "2/2 payloads of 2 steps verified; 0 problem(s)" in capsys.readouterr().out
+    payload = tmp_path / step_dirname(1) / shard_payload_name(0)
+    data = bytearray(payload.read_bytes())
+    data[-1] ^= 0xFF
+    payload.write_bytes(bytes(data))
+    os.unlink(tmp_path / step_dirname(0) / STEP_META)
+    assert main(["verify", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert f"FAIL Checksum mismatch in {payload}" in out
+    assert "step 0 is incomplete" in out
+
+
+def test_bad_path_is_one_clear_line(tmp_path, capsys):
+    assert main(["inspect", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("areal-debug: No recording at") and "Traceback" not in err
