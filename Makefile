@@ -1,6 +1,7 @@
 # areal-debug: set-up, tests and the demo on a CPU machine.
 #   make setup   create .venv with torch (CPU), areal 1.0.4 and this package (idempotent)
 #   make test    set up if needed, then run the whole test suite
+#   make demo    set up if needed, then record and replay a real GRPO run on CPU
 #   make lint    ruff over the package, tests and benchmarks
 PYTHON ?= python3
 VENV := .venv
@@ -8,7 +9,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.setup-done
 
-.PHONY: setup test lint bench clean
+.PHONY: setup test demo lint bench clean
 
 setup: $(STAMP)
 
@@ -26,6 +27,9 @@ $(STAMP): pyproject.toml requirements/cpu.txt requirements/constraints-cpu.txt
 
 test: setup
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q tests
+
+demo: setup
+	$(VENV)/bin/areal-debug demo
 
 lint: setup
 	$(PY) -m ruff check areal_debug tests benchmarks examples

@@ -97,6 +97,16 @@ def cmd_verify(args) -> int:
     return 1 if problems else 0
 
 
+def cmd_demo(args) -> int:
+    from areal_debug.demo import DemoError, run_demo
+
+    try:
+        return run_demo(args.workdir, steps=args.steps, nproc=args.nproc)
+    except DemoError as e:
+        print(f"areal-debug demo: {e}", file=sys.stderr)
+        return 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="areal-debug", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
@@ -106,6 +116,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", help="check every payload's checksum and safe loading")
     p.add_argument("path", help="recording directory (holds manifest.json)")
     p.set_defaults(func=cmd_verify)
+    p = sub.add_parser("demo", help="record a real GRPO run on CPU and replay it")
+    p.add_argument(
+        "--workdir", default="areal-debug-demo", help="where everything goes"
+    )
+    p.add_argument("--steps", type=int, default=4, help="training steps to record")
+    p.add_argument(
+        "--nproc",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="trainer processes (data-parallel size)",
+    )
+    p.set_defaults(func=cmd_demo)
     return ap
 
 

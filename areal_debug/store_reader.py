@@ -112,10 +112,18 @@ class RecordingReader:
         return self._step_meta[step]
 
     def recorded_stats(self, step: int) -> dict[str, float] | None:
+        """The statistics the dump run committed for ``step`` (None if not recorded)."""
         p = os.path.join(self.path, step_dirname(step), STATS)
         if not os.path.exists(p):
             return None
         return read_json(p, "recorded statistics")["stats"]
+
+    def recorded_timings(self, step: int) -> dict[str, float]:
+        """Wall-clock phase timings of the dump run's ``step`` (seconds)."""
+        p = os.path.join(self.path, step_dirname(step), STATS)
+        if not os.path.exists(p):
+            return {}
+        return read_json(p, "recorded statistics").get("timings", {})
 
     # -- payloads ----------------------------------------------------------------
     def load_shard(self, step: int, shard: int) -> list[dict[str, Any]]:

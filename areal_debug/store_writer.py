@@ -115,8 +115,20 @@ class RecordingWriter:
     def submit_batch(self, global_step: int, batch: list[dict[str, Any]]) -> None:
         self._put(("batch", global_step, snapshot_batch(batch, self.clone_tensors)))
 
-    def submit_stats(self, global_step: int, stats: dict[str, float]) -> None:
-        self._put(("stats", global_step, dict(stats)))
+    def submit_stats(
+        self,
+        global_step: int,
+        stats: dict[str, float],
+        timings: dict[str, float] | None = None,
+        rollout: dict[str, float] | None = None,
+    ) -> None:
+        """Queue the step's committed statistics: training, timings, inference side."""
+        payload = {
+            "stats": dict(stats),
+            "timings": dict(timings or {}),
+            "rollout": dict(rollout or {}),
+        }
+        self._put(("stats", global_step, payload))
 
     def flush(self) -> None:
         """Block until everything submitted is on disk; raise if writing failed."""
@@ -231,10 +243,9 @@ class RecordingWriter:
         }
         atomic_write_json(os.path.join(step_dir, STEP_META), step_meta)
 
-    def _write_stats(self, step: int, stats: dict[str, float]) -> None:
+    def _write_stats(self, step: int, payload: dict) -> None:
         atomic_write_json(
-            os.path.join(self._step_dir(step), STATS),
-            {"global_step": step, "stats": stats},
+            os.path.join(self._step_dir(step), STATS), {"global_step": step, **payload}
         )
 
 

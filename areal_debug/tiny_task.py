@@ -48,7 +48,7 @@ def build_tiny_model(path: str, seed: int = 0) -> str:
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(path)
     cfg = Qwen2Config(
-        vocab_size=64,
+        vocab_size=len(WORDS),
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,

@@ -28,12 +28,19 @@ from areal.utils.environ import is_single_controller
 from areal.utils.stats_logger import StatsLogger
 
 from areal_debug.config import DebugConfig
+from areal_debug.cpu_server import allow_sglang_client_without_sglang
 from areal_debug.engines import RecordingEngine, ReplayEngine
 from areal_debug.replay_loader import ReplayDataLoader
 from areal_debug.store_format import FORMAT_VERSION, atomic_write_json
 from areal_debug.store_reader import RecordingReader
 from areal_debug.store_writer import RecordingWriter, supersede_steps, write_manifest
-from areal_debug.verify import REPORT_NAME, ReplayVerifier, training_stats
+from areal_debug.verify import (
+    REPORT_NAME,
+    ReplayVerifier,
+    inference_stats,
+    timing_stats,
+    training_stats,
+)
 
 logger = logging.getLogger("DebugPPOTrainer")
 
@@ -120,6 +127,7 @@ class DebugPPOTrainer(PPOTrainer):
             engine = ReplayEngine(self.train_dataloader)
             engine.initialize()
             return engine
+        allow_sglang_client_without_sglang()
         engine = super()._init_rollout(
             rollout_config, is_eval=is_eval, lora_path=lora_path
         )
@@ -218,20 +226,23 @@ class DebugPPOTrainer(PPOTrainer):
 
         def commit_and_capture(epoch, step, global_step, data):
             if _is_rank0() and isinstance(data, dict):
-                self._on_step_stats(global_step, training_stats(data))
+                self._on_step_stats(global_step, data)
             return commit(epoch, step, global_step, data)
 
         self.stats_logger.commit = commit_and_capture
 
-    def _on_step_stats(self, global_step: int, stats: dict[str, float]) -> None:
+    def _on_step_stats(self, global_step: int, data: dict) -> None:
+        stats, timings = training_stats(data), timing_stats(data)
         if self._dumping:
             if self._writer is not None:
-                self._writer.submit_stats(global_step, stats)
+                rollout = inference_stats(data)
+                self._writer.submit_stats(global_step, stats, timings, rollout)
         elif self._replaying:
             assert self._verifier is not None and self._reader is not None
-            entry = self._verifier.add(
-                global_step, self._reader.recorded_stats(global_step), stats
-            )
+            recorded = self._reader.recorded_stats(global_step)
+            if recorded is not None:
+                recorded = training_stats(recorded)
+            entry = self._verifier.add(global_step, recorded, stats, timings)
             if entry["status"] == "diverged":
                 first = self._verifier.first_divergence()
                 logger.warning(

@@ -10,19 +10,40 @@ REPORT_NAME = "replay_report.json"
 
 # Wall-clock timings differ between any two runs; they are not training results.
 _TIMING_PREFIXES = ("timeperf/",)
+# Scopes AReaL's WorkflowExecutor and workflows write to: inference-side
+# statistics that a replay (which has no inference engine) cannot produce.
+INFERENCE_PREFIXES = ("rollout/", "eval-rollout/")
 
 
 def training_stats(stats: dict[str, Any]) -> dict[str, float]:
     """The statistics worth recording: everything committed except timings and counters."""
     out = {}
     for k, v in stats.items():
-        if k.startswith(_TIMING_PREFIXES) or k.endswith("__count"):
+        if k.startswith(_TIMING_PREFIXES + INFERENCE_PREFIXES) or k.endswith("__count"):
             continue
         try:
             out[k] = float(v)
         except (TypeError, ValueError):
             continue
     return dict(sorted(out.items()))
+
+
+def timing_stats(stats: dict[str, Any]) -> dict[str, float]:
+    """Wall-clock timings (seconds) of the step's phases, kept apart from the comparison."""
+    return {
+        k: float(v)
+        for k, v in sorted(stats.items())
+        if k.startswith(_TIMING_PREFIXES) and not k.endswith("__count")
+    }
+
+
+def inference_stats(stats: dict[str, Any]) -> dict[str, float]:
+    """Statistics of the rollout side (rewards seen by the workflow, accepted...)."""
+    return {
+        k: float(v)
+        for k, v in sorted(stats.items())
+        if k.startswith(INFERENCE_PREFIXES) and not k.endswith("__count")
+    }
 
 
 def compare_values(recorded: float, replayed: float, rtol: float, atol: float) -> dict:
@@ -57,9 +78,17 @@ class ReplayVerifier:
         self.steps: list[dict[str, Any]] = []
 
     def add(
-        self, step: int, recorded: dict[str, float] | None, replayed: dict[str, float]
+        self,
+        step: int,
+        recorded: dict[str, float] | None,
+        replayed: dict[str, float],
+        timings: dict[str, float] | None = None,
     ) -> dict:
-        entry: dict[str, Any] = {"global_step": step, "metrics": {}}
+        entry: dict[str, Any] = {
+            "global_step": step,
+            "metrics": {},
+            "timings": timings or {},
+        }
         if recorded is None:
             entry["status"] = "no_recorded_stats"
             entry["metrics"] = {

@@ -149,8 +149,11 @@ def test_cross_topology_replay_runs_and_says_so(request, recorded, replayed):
     assert report["topology"]["changed"] is True
     assert report["summary"]["steps"] == STEPS
     for entry in report["steps"]:
-        for m in entry["metrics"].values():
-            assert math.isfinite(m["replayed"])
+        # A re-split batch may clip differently, so a metric can exist on one
+        # side only; every replayed value must still be finite.
+        replayed = [m["replayed"] for m in entry["metrics"].values() if "replayed" in m]
+        assert "ppo_actor/update/grad_norm" in entry["metrics"]
+        assert replayed and all(math.isfinite(v) for v in replayed)
 
 
 def test_replay_of_unrecorded_steps_fails_with_the_missing_range(dump_d1):

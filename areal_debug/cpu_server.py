@@ -1,0 +1,359 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A CPU inference server speaking the part of SGLang's HTTP API that AReaL uses.
+
+    python -m areal_debug.cpu_server --model-path DIR [--port P] [--seed S]
+
+Backed by a Hugging Face causal LM on CPU, so AReaL's real client side
+(RemoteSGLangEngine, WorkflowExecutor, RLVRWorkflow, rewards, weight updates
+from disk) runs on machines without a GPU. Endpoints:
+
+- ``POST /generate``: sampling (temperature, 0 = greedy; top_p; top_k;
+  max_new_tokens; stop_token_ids; ignore_eos) returning SGLang's response shape
+  with each sampled token's log-probability under the model.
+- ``GET /health``, ``POST /update_weights_from_disk`` (loads the weights; later
+  generations use them), ``POST /pause_generation``, ``POST /continue_generation``
+  (requests wait while paused), ``GET /get_model_info``.
+
+Generation runs on one worker thread in arrival order from one seeded RNG:
+deterministic for a given seed and request order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import torch
+from aiohttp import web
+from areal.utils import logging
+
+logger = logging.getLogger("CPUServer")
+
+_SAMPLING_TYPES = {
+    "max_new_tokens": int,
+    "temperature": (int, float),
+    "top_p": (int, float),
+    "top_k": int,
+    "ignore_eos": bool,
+}
+
+
+class BadRequest(ValueError):
+    """A request the server refuses with 400 and this message."""
+
+
+def load_model(path: str):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32)
+    model.eval()
+    return model
+
+
+def parse_generate(payload: Any, vocab_size: int) -> tuple[list[int], dict]:
+    """Validate a /generate payload; return the prompt and sampling parameters."""
+    if not isinstance(payload, dict):
+        raise BadRequest("the body must be a JSON object")
+    ids = payload.get("input_ids")
+    if not isinstance(ids, list) or not ids:
+        raise BadRequest("'input_ids' is required: a non-empty list of token ids")
+    if not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        raise BadRequest("'input_ids' must hold integers only")
+    bad = [t for t in ids if not 0 <= t < vocab_size]
+    if bad:
+        raise BadRequest(
+            f"'input_ids' has ids outside the vocabulary [0, {vocab_size}): {bad[:5]}"
+        )
+    sp = payload.get("sampling_params") or {}
+    if not isinstance(sp, dict):
+        raise BadRequest("'sampling_params' must be a JSON object")
+    for key, typ in _SAMPLING_TYPES.items():
+        v = sp.get(key)
+        if v is None:
+            continue
+        ok = (
+            isinstance(v, bool)
+            if typ is bool
+            else isinstance(v, typ) and not isinstance(v, bool)
+        )
+        if not ok:
+            raise BadRequest(f"sampling_params.{key} has the wrong type: {v!r}")
+    params = {
+        "max_new_tokens": sp.get("max_new_tokens")
+        if sp.get("max_new_tokens") is not None
+        else 16,
+        "temperature": float(sp["temperature"])
+        if sp.get("temperature") is not None
+        else 1.0,
+        "top_p": float(sp["top_p"]) if sp.get("top_p") is not None else 1.0,
+        "top_k": int(sp["top_k"]) if sp.get("top_k") is not None else -1,
+        "ignore_eos": bool(sp.get("ignore_eos") or False),
+        "stop_token_ids": list(sp.get("stop_token_ids") or []),
+    }
+    if params["max_new_tokens"] < 0:
+        raise BadRequest("sampling_params.max_new_tokens must be >= 0")
+    if params["temperature"] < 0:
+        raise BadRequest("sampling_params.temperature must be >= 0")
+    if not 0 < params["top_p"] <= 1:
+        raise BadRequest("sampling_params.top_p must be in (0, 1]")
+    return ids, params
+
+
+def _filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    if 0 < top_k < logits.numel():
+        kth = torch.topk(logits, top_k).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True)
+        cum = torch.softmax(sorted_logits, -1).cumsum(-1)
+        # Keep the smallest prefix whose mass reaches top_p (always the first token).
+        drop = cum - torch.softmax(sorted_logits, -1) >= top_p
+        logits = logits.clone()
+        logits[order[drop]] = float("-inf")
+    return logits
+
+
+class Generator:
+    """The model and the RNG; every call runs on the single worker thread."""
+
+    def __init__(self, model_path: str, seed: int):
+        self.model_path = model_path
+        self.model = load_model(model_path)
+        self.eos = self.model.config.eos_token_id
+        self.rng = torch.Generator().manual_seed(seed)
+        self.weight_version = 0
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.config.vocab_size
+
+    @torch.no_grad()
+    def generate(self, ids: list[int], p: dict) -> dict:
+        stops = set(p["stop_token_ids"])
+        if not p["ignore_eos"] and self.eos is not None:
+            stops |= {self.eos} if isinstance(self.eos, int) else set(self.eos)
+        out: list[list] = []
+        finish = {"type": "length", "length": p["max_new_tokens"]}
+        past = None
+        inp = torch.tensor([ids])
+        for _ in range(p["max_new_tokens"]):
+            res = self.model(input_ids=inp, past_key_values=past, use_cache=True)
+            past = res.past_key_values
+            logits = res.logits[0, -1].float()
+            if p["temperature"] == 0:
+                token = int(torch.argmax(logits))
+                logprob = float(torch.log_softmax(logits, -1)[token])
+            else:
+                scaled = logits / p["temperature"]
+                logprob_all = torch.log_softmax(scaled, -1)
+                probs = torch.softmax(
+                    _filter_logits(scaled, p["top_k"], p["top_p"]), -1
+                )
+                token = int(torch.multinomial(probs, 1, generator=self.rng))
+                logprob = float(logprob_all[token])
+            out.append([logprob, token, None])
+            if token in stops:
+                finish = {"type": "stop", "matched": token}
+                break
+            inp = torch.tensor([[token]])
+        return {
+            "text": "",
+            "output_ids": [t for _, t, _ in out],
+            "meta_info": {
+                "finish_reason": finish,
+                "prompt_tokens": len(ids),
+                "completion_tokens": len(out),
+                "output_token_logprobs": out,
+                "weight_version": self.weight_version,
+            },
+        }
+
+    def load_weights(self, path: str) -> None:
+        self.model = load_model(path)
+        self.model_path = path
+        self.weight_version += 1
+
+
+class CPUServer:
+    def __init__(self, model_path: str, seed: int = 0):
+        self.gen = Generator(model_path, seed)
+        # One worker: arrival order is generation order, so runs are reproducible.
+        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cpu-server")
+        self.running = asyncio.Event()
+        self.running.set()
+        self.requests = 0
+
+    async def _call(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self.worker, fn, *args)
+
+    async def generate(self, request: web.Request) -> web.Response:
+        payload = await _json_body(request)
+        ids, params = parse_generate(payload, self.gen.vocab_size)
+        await self.running.wait()
+        result = await self._call(self.gen.generate, ids, params)
+        self.requests += 1
+        return web.json_response(result)
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def model_info(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "model_path": self.gen.model_path,
+                "weight_version": self.gen.weight_version,
+                "paused": not self.running.is_set(),
+                "requests_served": self.requests,
+            }
+        )
+
+    async def update_weights_from_disk(self, request: web.Request) -> web.Response:
+        payload = await _json_body(request)
+        path = payload.get("model_path") if isinstance(payload, dict) else None
+        if not isinstance(path, str) or not path:
+            raise BadRequest(
+                "'model_path' is required: the directory of the saved weights"
+            )
+        if not os.path.isdir(path):
+            raise BadRequest(f"model_path {path!r} is not a directory")
+        t0 = time.perf_counter()
+        await self._call(self.gen.load_weights, path)
+        msg = f"Loaded weights from {path} in {time.perf_counter() - t0:.2f}s"
+        logger.info(msg)
+        return web.json_response(
+            {"success": True, "message": msg, "weight_version": self.gen.weight_version}
+        )
+
+    async def pause(self, request: web.Request) -> web.Response:
+        self.running.clear()
+        return web.json_response({"success": True, "paused": True})
+
+    async def resume(self, request: web.Request) -> web.Response:
+        self.running.set()
+        return web.json_response({"success": True, "paused": False})
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[_json_errors], client_max_size=64 * 2**20)
+        app.add_routes(
+            [
+                web.post("/generate", self.generate),
+                web.get("/health", self.health),
+                web.get("/get_model_info", self.model_info),
+                web.post("/update_weights_from_disk", self.update_weights_from_disk),
+                web.post("/pause_generation", self.pause),
+                web.post("/continue_generation", self.resume),
+            ]
+        )
+        return app
+
+
+async def _json_body(request: web.Request) -> Any:
+    raw = await request.read()
+    if not raw:
+        return {}
+    try:
+        return json.loads(raw)
+    except ValueError as e:
+        raise BadRequest(f"malformed JSON body: {e}") from e
+
+
+@web.middleware
+async def _json_errors(request: web.Request, handler):
+    try:
+        return await handler(request)
+    except BadRequest as e:
+        return web.json_response({"error": str(e)}, status=400)
+    except web.HTTPException as e:
+        return web.json_response(
+            {"error": f"{e.reason}: {request.method} {request.path}"}, status=e.status
+        )
+
+
+async def serve(
+    model_path: str, host: str, port: int, seed: int, addr_file: str | None
+):
+    server = CPUServer(model_path, seed)
+    runner = web.AppRunner(server.app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    real_port = site._server.sockets[0].getsockname()[1]
+    addr = f"{host}:{real_port}"
+    print(
+        f"CPU SGLang-protocol server ready at http://{addr} "
+        f"(AREAL_LLM_SERVER_ADDRS={addr})",
+        flush=True,
+    )
+    if addr_file:
+        tmp = addr_file + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(addr)
+        os.replace(tmp, addr_file)
+    await asyncio.Event().wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(
+        description="CPU server speaking SGLang's HTTP protocol."
+    )
+    ap.add_argument("--model-path", required=True, help="Hugging Face model directory")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--addr-file", default=None, help="write host:port here once serving"
+    )
+    args = ap.parse_args(argv)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    try:
+        asyncio.run(
+            serve(args.model_path, args.host, args.port, args.seed, args.addr_file)
+        )
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()
+
+
+CPU_SERVER_ENV = "AREAL_DEBUG_CPU_SERVER"
+
+
+def allow_sglang_client_without_sglang() -> bool:
+    """Let AReaL build its SGLang client when the CPU server stands in for SGLang.
+
+    ``PPOTrainer._init_rollout`` computes SGLang *server* arguments even in SPMD
+    mode, where they are never used, and that computation refuses to run unless
+    the ``sglang`` package (GPU-only) is installed. With ``AREAL_DEBUG_CPU_SERVER=1``
+    and no sglang installed, that one version guard answers yes; AReaL's client
+    code (RemoteSGLangEngine and everything after it) runs unchanged.
+    Returns whether the guard was relaxed.
+    """
+    import importlib.util
+
+    if os.environ.get(CPU_SERVER_ENV) != "1" or importlib.util.find_spec("sglang"):
+        return False
+    from areal.utils import pkg_version
+
+    original = pkg_version.is_version_greater_or_equal
+    if getattr(original, "_areal_debug_relaxed", False):
+        return True
+
+    def relaxed(package_name: str, target_version: str) -> bool:
+        if package_name == "sglang":
+            return True
+        return original(package_name, target_version)
+
+    relaxed._areal_debug_relaxed = True
+    pkg_version.is_version_greater_or_equal = relaxed
+    logger.info(
+        f"{CPU_SERVER_ENV}=1 and sglang is not installed: the CPU server stands in "
+        "for SGLang, so AReaL's sglang version guard for server arguments is relaxed."
+    )
+    return True

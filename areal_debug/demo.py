@@ -1,0 +1,332 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``areal-debug demo``: record a real GRPO run on CPU, replay it with no inference
+engine, and show that every step's statistics come back bit for bit.
+
+The dump run is AReaL's real client side (RemoteSGLangEngine, WorkflowExecutor,
+RLVRWorkflow, rewards, weight updates from disk) against the CPU server; the
+replay starts no server at all.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from areal_debug.store_reader import RecordingReader
+from areal_debug.tiny_task import build_tiny_model, write_dataset
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "examples" / "rlvr_debug.py"
+CONFIG = REPO / "configs" / "tiny_cpu.yaml"
+EXPERIMENT, TRIAL = "tinydemo", "trial0"
+SHOWN_METRICS = [
+    "ppo_actor/update/actor_loss/avg",
+    "ppo_actor/update/grad_norm",
+    "ppo_actor/update/importance_weight/avg",
+    "ppo_actor/advantages/max",
+    "ppo_actor/task_reward/avg",
+]
+_STEP_DONE = re.compile(r"Train step (\d+)/(\d+) done")
+
+
+class DemoError(RuntimeError):
+    pass
+
+
+def say(msg: str) -> None:
+    print(f"[areal-debug demo] {msg}", flush=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """End a process we started and everything in its session."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=15)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _tail(path: Path, n: int = 30) -> str:
+    lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+    return "\n".join(lines[-n:])
+
+
+def start_server(workdir: Path, env: dict) -> tuple[subprocess.Popen, str]:
+    addr_file = workdir / "server.addr"
+    addr_file.unlink(missing_ok=True)
+    log = open(workdir / "server.log", "w")
+    cmd = [
+        sys.executable,
+        "-m",
+        "areal_debug.cpu_server",
+        "--model-path",
+        str(workdir / "model"),
+        "--addr-file",
+        str(addr_file),
+    ]
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise DemoError(
+                f"the CPU server exited ({proc.returncode}):\n"
+                f"{_tail(workdir / 'server.log')}"
+            )
+        if addr_file.exists():
+            addr = addr_file.read_text().strip()
+            try:
+                with urllib.request.urlopen(f"http://{addr}/health", timeout=5):
+                    return proc, addr
+            except OSError:
+                pass
+        time.sleep(0.5)
+    _end(proc)
+    raise DemoError("the CPU server did not become healthy within 180 s")
+
+
+def run_trainer(
+    workdir: Path, name: str, nproc: int, overrides: list[str], env: dict, steps: int
+) -> None:
+    """Run the example under torchrun, log to DIR/<name>.log, show step progress."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={nproc}",
+        f"--master-port={_free_port()}",
+        str(SCRIPT),
+        "--config",
+        str(CONFIG),
+        *overrides,
+    ]
+    log_path = workdir / f"{name}.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                m = _STEP_DONE.search(line)
+                if m:
+                    say(f"{name}: step {m.group(1)} of {steps} done")
+            proc.wait()
+        finally:
+            _end(proc)
+    if proc.returncode != 0:
+        raise DemoError(
+            f"the {name} run failed (exit {proc.returncode}); last lines of "
+            f"{log_path}:\n{_tail(log_path)}"
+        )
+
+
+def replay_command(workdir: Path, nproc: int, steps: int) -> str:
+    env = (
+        f"AREAL_DEBUG_WORKDIR={shlex.quote(str(workdir))} AREAL_SPMD_MODE=1 "
+        "OMP_NUM_THREADS=1"
+    )
+    args = " ".join(
+        shlex.quote(a)
+        for a in [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nproc-per-node={nproc}",
+            str(SCRIPT),
+            "--config",
+            str(CONFIG),
+            *common_overrides(nproc, steps),
+            "debug.replay_rollout_data=true",
+        ]
+    )
+    return f"{env} {args}"
+
+
+def common_overrides(nproc: int, steps: int) -> list[str]:
+    return [
+        f"total_train_steps={steps}",
+        f"actor.backend=fsdp:d{nproc}",
+        "rollout.backend=sglang:d1",
+    ]
+
+
+def write_replay_script(workdir: Path, nproc: int, steps: int) -> Path:
+    path = workdir / "run_replay.sh"
+    path.write_text(
+        "#!/usr/bin/env bash\n"
+        "# Replay the demo's recording with no inference engine. Extra arguments are\n"
+        "# config overrides, e.g.: bash run_replay.sh actor.optimizer.lr=1e-5\n"
+        "set -euo pipefail\n"
+        f"cd {shlex.quote(str(REPO))}\n"
+        f'exec env MASTER_PORT="${{MASTER_PORT:-29517}}" '
+        f'{replay_command(workdir, nproc, steps)} "$@"\n'
+    )
+    path.chmod(0o755)
+    return path
+
+
+def load_report(workdir: Path) -> dict:
+    paths = glob.glob(
+        str(
+            workdir
+            / "root"
+            / "logs"
+            / "*"
+            / EXPERIMENT
+            / f"{TRIAL}_replay"
+            / "replay_report.json"
+        )
+    )
+    if not paths:
+        raise DemoError("the replay wrote no replay_report.json")
+    with open(paths[0]) as f:
+        return json.load(f)
+
+
+def print_table(reader: RecordingReader, report: dict) -> tuple[bool, str | None]:
+    """Per-step table; returns (all identical and non-zero grads, first problem)."""
+    problem = None
+    print()
+    print(f"{'step':>4}  {'metric':<40} {'recorded':>24} {'replayed':>24}  identical")
+    for entry in report["steps"]:
+        step = entry["global_step"]
+        metrics = entry["metrics"]
+        for name in SHOWN_METRICS:
+            m = metrics.get(name, {})
+            print(
+                f"{step:>4}  {name:<40} {m.get('recorded', float('nan')):>24.17g} "
+                f"{m.get('replayed', float('nan')):>24.17g}  {m.get('identical', False)}"
+            )
+        same = sum(m.get("identical", False) for m in metrics.values())
+        print(
+            f"{step:>4}  {'(all metrics)':<40} {same:>24} of {len(metrics):<21} "
+            f"{same == len(metrics)}"
+        )
+        if problem is None and same != len(metrics):
+            bad = next(k for k, m in metrics.items() if not m.get("identical", False))
+            problem = f"step {step}, metric {bad}: {metrics[bad]}"
+        grad = metrics.get("ppo_actor/update/grad_norm", {}).get("recorded", 0.0)
+        if problem is None and not grad > 0:
+            problem = (
+                f"step {step} has a zero grad norm: the comparison would prove nothing"
+            )
+    print()
+    print(
+        f"{'step':>4}  {'dump: rollout phase (s)':>24} {'replay: whole step (s)':>24}"
+    )
+    for entry in report["steps"]:
+        step = entry["global_step"]
+        rollout = reader.recorded_timings(step).get("timeperf/rollout", float("nan"))
+        replay_step = sum(entry.get("timings", {}).values())
+        print(f"{step:>4}  {rollout:>24.3f} {replay_step:>24.3f}")
+    print()
+    return problem is None, problem
+
+
+def run_demo(workdir: str, steps: int = 4, nproc: int = 1) -> int:
+    if not SCRIPT.exists() or not CONFIG.exists():
+        raise DemoError(
+            f"the demo runs {SCRIPT} with {CONFIG}; run it from an "
+            "areal-debug source checkout"
+        )
+    wd = Path(workdir).resolve()
+    wd.mkdir(parents=True, exist_ok=True)
+    # Each demo records afresh: the recording and logs of an earlier demo go.
+    shutil.rmtree(wd / "root", ignore_errors=True)
+    say(f"[1/4] tiny model and arithmetic dataset in {wd}")
+    build_tiny_model(str(wd / "model"))
+    write_dataset(str(wd / "data.jsonl"), n=64)
+    base_env = {
+        **os.environ,
+        "AREAL_DEBUG_WORKDIR": str(wd),
+        "AREAL_SPMD_MODE": "1",
+        "OMP_NUM_THREADS": "1",
+    }
+    base_env.pop("AREAL_LLM_SERVER_ADDRS", None)
+
+    say("[2/4] starting the CPU inference server (SGLang HTTP protocol)")
+    server, addr = start_server(wd, base_env)
+    try:
+        say(
+            f"[2/4] dump: {steps} GRPO steps on {nproc} trainer process(es), "
+            f"rollouts from the server at {addr}"
+        )
+        dump_env = {
+            **base_env,
+            "AREAL_LLM_SERVER_ADDRS": addr,
+            "AREAL_DEBUG_CPU_SERVER": "1",
+        }
+        t0 = time.monotonic()
+        run_trainer(
+            wd,
+            "dump",
+            nproc,
+            [*common_overrides(nproc, steps), "debug.dump_rollout_data=true"],
+            dump_env,
+            steps,
+        )
+        dump_time = time.monotonic() - t0
+    finally:
+        _end(server)
+        say("[2/4] CPU server stopped")
+
+    say("[3/4] replay: no inference server, no engine")
+    t0 = time.monotonic()
+    run_trainer(
+        wd,
+        "replay",
+        nproc,
+        [*common_overrides(nproc, steps), "debug.replay_rollout_data=true"],
+        base_env,
+        steps,
+    )
+    replay_time = time.monotonic() - t0
+    script = write_replay_script(wd, nproc, steps)
+
+    say("[4/4] comparison")
+    reader = RecordingReader(
+        str(wd / "root" / EXPERIMENT / TRIAL / "areal_debug_recording")
+    )
+    ok, problem = print_table(reader, load_report(wd))
+    print(
+        f"dump run {dump_time:.1f} s (with inference), replay run {replay_time:.1f} s "
+        "(no inference)"
+    )
+    print(f"recording: {reader.path}")
+    print(f"logs:      {wd}/dump.log, {wd}/replay.log, {wd}/server.log")
+    print(f"re-run:    bash {script} [overrides...]")
+    if ok:
+        print(f"OK: all {len(reader.available_steps())} steps replayed bit for bit.")
+        return 0
+    print(f"DIFFERENT: first difference at {problem}")
+    return 1

@@ -1,0 +1,41 @@
+# SPDX-License-Identifier: Apache-2.0
+"""An AReaL RLVR (GRPO) training script with areal-debug: two lines differ from
+AReaL's own examples (the config class and the trainer class).
+
+Record (CPU server from `python -m areal_debug.cpu_server` running):
+    AREAL_SPMD_MODE=1 AREAL_LLM_SERVER_ADDRS=127.0.0.1:PORT \\
+      torchrun --nproc-per-node 1 examples/rlvr_debug.py --config configs/tiny_cpu.yaml \\
+      debug.dump_rollout_data=true
+Replay (no server):
+    AREAL_SPMD_MODE=1 torchrun --nproc-per-node 1 examples/rlvr_debug.py \\
+      --config configs/tiny_cpu.yaml debug.replay_rollout_data=true
+"""
+
+import sys
+
+from areal.workflow.rlvr import RLVRWorkflow
+
+from areal_debug import DebugPPOConfig, DebugPPOTrainer, load_expr_config
+from areal_debug.tiny_task import arithmetic_reward, build_tiny_model, load_dataset
+
+
+def main(args):
+    config, _ = load_expr_config(args, DebugPPOConfig)
+    # The tiny model is built offline on first use; a real run points actor.path
+    # at its own model and drops this line.
+    build_tiny_model(config.actor.path)
+    # Replay never reads the dataset.
+    train_dataset = (
+        None if config.debug.replay_rollout_data else load_dataset(config.train_dataset.path)
+    )
+    workflow = RLVRWorkflow(
+        reward_fn=arithmetic_reward,
+        gconfig=config.gconfig,
+        tokenizer=config.tokenizer_path,
+    )
+    with DebugPPOTrainer(config, train_dataset=train_dataset) as trainer:
+        trainer.train(workflow)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
