@@ -1,0 +1,238 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The CPU server, driven by AReaL's real RemoteSGLangEngine where AReaL talks to it."""
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+import torch
+
+
+@pytest.fixture(scope="module")
+def server(tiny_assets, tmp_path_factory):
+    d = tmp_path_factory.mktemp("server")
+    addr_file = d / "addr"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "areal_debug.cpu_server",
+            "--model-path",
+            str(tiny_assets / "model"),
+            "--addr-file",
+            str(addr_file),
+            "--seed",
+            "3",
+        ],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stdout=open(d / "log", "w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not addr_file.exists():
+            assert proc.poll() is None, (d / "log").read_text()
+            assert time.monotonic() < deadline, "server did not start"
+            time.sleep(0.2)
+        yield addr_file.read_text().strip()
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def post(addr, path, body, raw=False):
+    data = body if raw else json.dumps(body).encode()
+    req = urllib.request.Request(f"http://{addr}{path}", data=data, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def greedy(addr, ids, n=6):
+    status, out = post(
+        addr,
+        "/generate",
+        {
+            "input_ids": ids,
+            "sampling_params": {
+                "max_new_tokens": n,
+                "temperature": 0.0,
+                "ignore_eos": True,
+            },
+        },
+    )
+    assert status == 200, out
+    return out["output_ids"]
+
+
+@pytest.fixture(scope="module")
+def engine(server):
+    from areal.api.cli_args import InferenceEngineConfig
+    from areal.engine import RemoteSGLangEngine
+
+    eng = RemoteSGLangEngine(
+        InferenceEngineConfig(
+            experiment_name="srv",
+            trial_name="t",
+            backend="sglang:d1",
+            max_concurrent_rollouts=64,
+            request_timeout=60,
+        )
+    )
+    eng.initialize(addr=[server], train_data_parallel_size=1)
+    yield eng
+    eng.destroy()
+
+
+def agenerate(engine, ids, **gconfig):
+    from areal.api.cli_args import GenerationHyperparameters
+    from areal.api.io_struct import ModelRequest
+
+    req = ModelRequest(input_ids=ids, gconfig=GenerationHyperparameters(**gconfig))
+    return engine.agenerate(req)
+
+
+PROMPT = [24, 25, 4, 19, 7, 20, 26, 27]
+
+
+def test_generate_through_remote_sglang_engine_returns_model_logprobs(
+    engine, tiny_assets
+):
+    from transformers import AutoModelForCausalLM
+
+    resp = asyncio.run(agenerate(engine, PROMPT, max_new_tokens=6, temperature=1.0))
+    assert 1 <= len(resp.output_tokens) <= 6
+    assert len(resp.output_logprobs) == len(resp.output_tokens)
+    assert resp.stop_reason in ("stop", "length")
+    model = AutoModelForCausalLM.from_pretrained(tiny_assets / "model")
+    ids = torch.tensor([PROMPT + resp.output_tokens])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(ids).logits[0].float(), -1)
+    expected = [
+        float(logp[len(PROMPT) - 1 + i, t]) for i, t in enumerate(resp.output_tokens)
+    ]
+    assert resp.output_logprobs == pytest.approx(expected, abs=1e-4)
+
+
+def test_greedy_is_deterministic_and_length_limited(server):
+    status, out = post(
+        server,
+        "/generate",
+        {
+            "input_ids": PROMPT,
+            "sampling_params": {
+                "max_new_tokens": 4,
+                "temperature": 0.0,
+                "ignore_eos": True,
+            },
+        },
+    )
+    assert status == 200
+    meta = out["meta_info"]
+    assert meta["finish_reason"]["type"] == "length"
+    assert meta["completion_tokens"] == 4 and meta["prompt_tokens"] == len(PROMPT)
+    assert [t for _, t, _ in meta["output_token_logprobs"]] == out["output_ids"]
+    assert greedy(server, PROMPT, 4) == out["output_ids"]
+
+
+def test_stop_token_ends_generation(server):
+    first = greedy(server, PROMPT, 1)[0]
+    status, out = post(
+        server,
+        "/generate",
+        {
+            "input_ids": PROMPT,
+            "sampling_params": {
+                "max_new_tokens": 5,
+                "temperature": 0.0,
+                "stop_token_ids": [first],
+            },
+        },
+    )
+    assert out["output_ids"] == [first]
+    assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": first}
+
+
+def test_weight_update_from_disk_changes_outputs(server, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from areal_debug.tiny_task import build_tiny_model
+
+    new = build_tiny_model(str(tmp_path / "new"), seed=123)
+    before = greedy(server, PROMPT)
+    status, out = post(server, "/update_weights_from_disk", {"model_path": new})
+    assert status == 200 and out["success"] is True
+    after = greedy(server, PROMPT)
+    model = AutoModelForCausalLM.from_pretrained(new)
+    ids = torch.tensor([PROMPT])
+    with torch.no_grad():
+        local = model.generate(ids, max_new_tokens=6, do_sample=False, min_new_tokens=6)
+    assert after == local[0, len(PROMPT) :].tolist()
+    assert after != before
+
+
+def test_pause_holds_requests_until_continue(server):
+    assert post(server, "/pause_generation", {})[0] == 200
+    done = threading.Event()
+    threading.Thread(
+        target=lambda: (greedy(server, PROMPT, 2), done.set()), daemon=True
+    ).start()
+    assert not done.wait(1.5), "a request completed while generation was paused"
+    assert post(server, "/continue_generation", {})[0] == 200
+    assert done.wait(30)
+
+
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        (b"{not json", "malformed JSON"),
+        (json.dumps({"sampling_params": {}}).encode(), "'input_ids' is required"),
+        (json.dumps({"input_ids": ["a"]}).encode(), "integers only"),
+        (
+            json.dumps(
+                {"input_ids": [1], "sampling_params": {"max_new_tokens": "x"}}
+            ).encode(),
+            "max_new_tokens has the wrong type",
+        ),
+        (json.dumps({"input_ids": [10**6]}).encode(), "outside the vocabulary"),
+    ],
+)
+def test_bad_payloads_get_400_and_the_server_keeps_serving(server, body, message):
+    status, out = post(server, "/generate", body, raw=True)
+    assert status == 400 and message in out["error"]
+    assert greedy(server, PROMPT, 1)
+
+
+def test_unknown_endpoint_is_a_json_404(server):
+    status, out = post(server, "/no_such_endpoint", {})
+    assert status == 404 and "/no_such_endpoint" in out["error"]
+    status, out = post(
+        server, "/update_weights_from_disk", {"model_path": "/nonexistent"}
+    )
+    assert status == 400 and "not a directory" in out["error"]
+
+
+def test_many_concurrent_requests_through_the_engine(engine):
+    async def many():
+        return await asyncio.gather(
+            *[
+                agenerate(engine, PROMPT, max_new_tokens=4, temperature=1.0)
+                for _ in range(32)
+            ]
+        )
+
+    results = asyncio.run(many())
+    assert len(results) == 32
+    assert all(1 <= len(r.output_tokens) <= 4 for r in results)
+    assert len({tuple(r.output_tokens) for r in results}) > 1  # sampling varies
