@@ -15,20 +15,6 @@ from areal_debug.store_format import STATS, RecordingError, step_dirname
 from areal_debug.store_reader import RecordingReader, format_ranges
 
 
-def _incomplete_steps(reader: RecordingReader) -> list[int]:
-    complete = set(reader.available_steps())
-    out = []
-    for name in os.listdir(reader.path):
-        if name.startswith("step-"):
-            try:
-                step = int(name.removeprefix("step-"))
-            except ValueError:
-                continue
-            if step not in complete:
-                out.append(step)
-    return sorted(out)
-
-
 def cmd_inspect(args) -> int:
     reader = RecordingReader(args.path)
     m = reader.manifest
@@ -49,8 +35,8 @@ def cmd_inspect(args) -> int:
     print(
         f"steps       {format_ranges(steps)} complete"
         + (
-            f"; incomplete: {format_ranges(_incomplete_steps(reader))}"
-            if _incomplete_steps(reader)
+            f"; incomplete: {format_ranges(reader.incomplete_steps())}"
+            if reader.incomplete_steps()
             else ""
         )
     )
@@ -83,7 +69,7 @@ def cmd_verify(args) -> int:
             except RecordingError as e:
                 problems.append(str(e))
     bad_payloads = len(problems)
-    for step in _incomplete_steps(reader):
+    for step in reader.incomplete_steps():
         problems.append(
             f"step {step} is incomplete (no step.json): a head did not finish "
             "writing it; replay cannot use it."

@@ -160,22 +160,13 @@ class DebugPPOConfig(PPOConfig):
 
 
 @dataclass
-class DebugGRPOConfig(GRPOConfig):
+class DebugGRPOConfig(DebugPPOConfig, GRPOConfig):
     """AReaL's ``GRPOConfig`` with a ``debug:`` section."""
-
-    debug: DebugConfig = field(
-        default_factory=DebugConfig,
-        metadata={"help": "Rollout recording and replay (areal-debug)."},
-    )
-
-    def __post_init__(self):
-        super().__post_init__()
-        resolve_debug_config(self)
 
 
 def _append_debug_overrides(argv: list[str]) -> list[str]:
-    """Turn ``debug.k=v`` into hydra's ``+debug.k=v`` (append a key the YAML lacks)."""
-    return ["+" + a if a.startswith("debug.") and "=" in a else a for a in argv]
+    """Turn ``debug.k=v`` into hydra's ``++debug.k=v`` (set the key, present or not)."""
+    return ["++" + a if a.startswith("debug.") and "=" in a else a for a in argv]
 
 
 def load_expr_config(argv: list[str], config_cls=DebugPPOConfig):
@@ -183,8 +174,9 @@ def load_expr_config(argv: list[str], config_cls=DebugPPOConfig):
     YAML has no ``debug:`` section.
 
     Hydra composes overrides against the YAML alone, so ``debug.x=...`` fails
-    ("not in struct") unless the file declares the key. Retrying those
-    overrides as appends lets users switch modes on any existing YAML.
+    ("not in struct") unless the file declares the key. Retrying the debug
+    overrides as hydra's add-or-override (``++``) lets users set any debug key
+    on any existing YAML, with or without a (partial) ``debug:`` section.
     """
     from areal.api.cli_args import load_expr_config as areal_load_expr_config
     from hydra.errors import ConfigCompositionException

@@ -150,6 +150,14 @@ def run_trainer(
         )
 
 
+def run_mode(wd: Path, mode: str, nproc: int, steps: int, env: dict) -> float:
+    """Run the example in ``mode`` ("dump" or "replay"); return its wall time."""
+    t0 = time.monotonic()
+    overrides = [*common_overrides(nproc, steps), f"debug.{mode}_rollout_data=true"]
+    run_trainer(wd, mode, nproc, overrides, env, steps)
+    return time.monotonic() - t0
+
+
 def replay_command(workdir: Path, nproc: int, steps: int) -> str:
     env = (
         f"AREAL_DEBUG_WORKDIR={shlex.quote(str(workdir))} AREAL_SPMD_MODE=1 "
@@ -286,31 +294,13 @@ def run_demo(workdir: str, steps: int = 4, nproc: int = 1) -> int:
             "AREAL_LLM_SERVER_ADDRS": addr,
             "AREAL_DEBUG_CPU_SERVER": "1",
         }
-        t0 = time.monotonic()
-        run_trainer(
-            wd,
-            "dump",
-            nproc,
-            [*common_overrides(nproc, steps), "debug.dump_rollout_data=true"],
-            dump_env,
-            steps,
-        )
-        dump_time = time.monotonic() - t0
+        dump_time = run_mode(wd, "dump", nproc, steps, dump_env)
     finally:
         _end(server)
         say("[2/4] CPU server stopped")
 
     say("[3/4] replay: no inference server, no engine")
-    t0 = time.monotonic()
-    run_trainer(
-        wd,
-        "replay",
-        nproc,
-        [*common_overrides(nproc, steps), "debug.replay_rollout_data=true"],
-        base_env,
-        steps,
-    )
-    replay_time = time.monotonic() - t0
+    replay_time = run_mode(wd, "replay", nproc, steps, base_env)
     script = write_replay_script(wd, nproc, steps)
 
     say("[4/4] comparison")

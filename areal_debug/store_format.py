@@ -35,6 +35,26 @@ def step_dirname(global_step: int) -> str:
     return f"step-{global_step:06d}"
 
 
+def parse_step_dirname(name: str) -> int | None:
+    """The global step of a ``step-NNNNNN`` directory name, else None."""
+    if not name.startswith("step-"):
+        return None
+    try:
+        return int(name.removeprefix("step-"))
+    except ValueError:
+        return None
+
+
+def list_step_dirs(path: str) -> dict[int, str]:
+    """{global step: directory} of every step directory in a recording."""
+    out = {}
+    for name in os.listdir(path):
+        step = parse_step_dirname(name)
+        if step is not None:
+            out[step] = os.path.join(path, name)
+    return dict(sorted(out.items()))
+
+
 def shard_payload_name(shard: int) -> str:
     return f"shard-{shard:05d}.pt"
 

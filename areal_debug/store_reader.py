@@ -17,6 +17,7 @@ from areal_debug.store_format import (
     STEP_META,
     SUPPORTED_FORMAT_VERSIONS,
     RecordingError,
+    list_step_dirs,
     read_json,
     sha256_bytes,
     step_dirname,
@@ -76,17 +77,16 @@ class RecordingReader:
     # -- which steps exist -------------------------------------------------------
     def available_steps(self) -> list[int]:
         """Complete steps, i.e. those whose step.json exists."""
-        steps = []
-        for name in os.listdir(self.path):
-            if not name.startswith("step-"):
-                continue
-            try:
-                step = int(name.removeprefix("step-"))
-            except ValueError:
-                continue
-            if os.path.exists(os.path.join(self.path, name, STEP_META)):
-                steps.append(step)
-        return sorted(steps)
+        return [
+            step
+            for step, d in list_step_dirs(self.path).items()
+            if os.path.exists(os.path.join(d, STEP_META))
+        ]
+
+    def incomplete_steps(self) -> list[int]:
+        """Step directories without step.json: a head did not finish writing."""
+        complete = set(self.available_steps())
+        return [s for s in list_step_dirs(self.path) if s not in complete]
 
     def require_steps(self, steps: Iterable[int]) -> None:
         wanted = list(steps)

@@ -26,6 +26,7 @@ from areal_debug.store_format import (
     atomic_write_json,
     check_storable,
     describe_batch,
+    list_step_dirs,
     read_json,
     sha256_bytes,
     shard_meta_name,
@@ -312,16 +313,10 @@ def supersede_steps(path: str, first_step: int) -> list[int]:
         return []
     moved = []
     target = os.path.join(path, "superseded", time.strftime("%Y%m%d-%H%M%S"))
-    for name in sorted(os.listdir(path)):
-        if not name.startswith("step-"):
-            continue
-        try:
-            step = int(name.removeprefix("step-"))
-        except ValueError:
-            continue
+    for step, step_dir in list_step_dirs(path).items():
         if step >= first_step:
             os.makedirs(target, exist_ok=True)
-            shutil.move(os.path.join(path, name), os.path.join(target, name))
+            shutil.move(step_dir, os.path.join(target, os.path.basename(step_dir)))
             moved.append(step)
     if moved:
         logger.warning(

@@ -62,6 +62,20 @@ def test_cli_override_works_without_a_debug_section(yaml_without_debug, tmp_path
     assert isinstance(cfg, DebugGRPOConfig) and not cfg.debug.enabled
 
 
+def test_cli_sets_keys_a_partial_debug_section_lacks(yaml_with_debug):
+    cfg, _ = load_expr_config(
+        [
+            "--config",
+            yaml_with_debug,
+            "debug.replay_rollout_data=true",
+            "debug.replay_trial_name=again",
+            "debug.verify_atol=0.5",
+        ]
+    )
+    assert cfg.debug.replay_rollout_data and cfg.trial_name == "again"
+    assert cfg.debug.verify_atol == 0.5
+
+
 def test_both_flags_is_an_error_naming_both_keys(yaml_with_debug):
     with pytest.raises(Exception) as e:
         areal_load_expr_config(
