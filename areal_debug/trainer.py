@@ -29,6 +29,7 @@ from areal.utils.stats_logger import StatsLogger
 
 from areal_debug.config import DebugConfig
 from areal_debug.cpu_server import allow_sglang_client_without_sglang
+from areal_debug.determinism import current_settings, differences, enable_determinism
 from areal_debug.engines import RecordingEngine, ReplayEngine
 from areal_debug.replay_loader import ReplayDataLoader
 from areal_debug.store_format import FORMAT_VERSION, atomic_write_json
@@ -61,13 +62,6 @@ def _trains_on_cpu() -> bool:
     # (dist_rollout.tensor_container_to), so the host tensors the engine returned
     # stay untouched and need no clone; on CPU that .to() returns the same tensors.
     return torch.device(current_platform.current_device()).type == "cpu"
-
-
-def enable_determinism() -> None:
-    """Deterministic kernels, as the dump/replay comparison needs on GPUs."""
-    torch.use_deterministic_algorithms(True)
-    torch.backends.cudnn.deterministic = True
-    torch.backends.cudnn.benchmark = False
 
 
 class DebugPPOTrainer(PPOTrainer):
@@ -150,6 +144,14 @@ class DebugPPOTrainer(PPOTrainer):
                 f"Replaying a recording of {reader.num_shards} data-parallel heads on "
                 f"{dp_size}: each step's batch is re-split, so statistics may differ."
             )
+        changed = differences(
+            reader.manifest.get("determinism", {}), current_settings()
+        )
+        if changed:
+            logger.warning(
+                "Determinism settings differ from the dump run's, so the replay may "
+                "not be bitwise: " + "; ".join(changed)
+            )
         self._verifier = ReplayVerifier(
             reader.path, self.debug.verify_rtol, self.debug.verify_atol, topology
         )
@@ -198,9 +200,7 @@ class DebugPPOTrainer(PPOTrainer):
                 "actor_backend": self.config.actor.backend,
                 "rollout_backend": self.config.rollout.backend,
             },
-            "determinism": {
-                "torch_deterministic_algorithms": torch.are_deterministic_algorithms_enabled()
-            },
+            "determinism": current_settings(),
             "config": json.loads(
                 json.dumps(dataclasses.asdict(self.config), default=str)
             ),

@@ -41,18 +41,39 @@ def run_torchrun(
     env: dict | None = None,
     timeout: float = 600,
 ) -> Run:
-    """Run the fake-engine script; every process is ended, also on timeout."""
-    stats_file = os.path.join(workdir, f"{name}.stats.jsonl")
-    log_file = os.path.join(workdir, f"{name}.log")
-    for p in (stats_file,):
-        if os.path.exists(p):
-            os.unlink(p)
+    """Run the fake-engine script under torchrun."""
     cmd = [
         sys.executable,
         "-m",
         "torch.distributed.run",
         f"--nproc-per-node={nproc}",
         f"--master-port={free_port()}",
+    ]
+    return _run(workdir, name, cmd, overrides, env, timeout)
+
+
+def run_launcher(
+    workdir: str,
+    name: str,
+    overrides: list[str],
+    env: dict | None = None,
+    timeout: float = 600,
+) -> Run:
+    """Run the fake-engine script through areal_debug.launcher.local."""
+    cmd = [sys.executable, "-m", "areal_debug.launcher.local"]
+    return _run(workdir, name, cmd, overrides, env, timeout)
+
+
+def _run(workdir, name, launch, overrides, env, timeout) -> Run:
+    """Every process started is ended, also on timeout."""
+    stats_file = os.path.join(workdir, f"{name}.stats.jsonl")
+    log_file = os.path.join(workdir, f"{name}.log")
+    if os.path.exists(stats_file):
+        os.unlink(stats_file)
+    # AReaL's launcher checks that both exist.
+    os.makedirs(os.path.join(workdir, "root", "name_resolve"), exist_ok=True)
+    cmd = [
+        *launch,
         FAKE_SCRIPT,
         "--config",
         FAKE_CONFIG,

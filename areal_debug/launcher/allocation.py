@@ -1,0 +1,77 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The training part of an AReaL allocation string, for replay runs."""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+TRAIN_BACKENDS = ("fsdp", "megatron", "archon")
+GEN_BACKENDS = ("sglang", "vllm")
+# AReaL 0.x style: parallel dimensions with no backend prefix, e.g. "d4p1t1".
+_BARE_DIMS = re.compile(r"^(?:[dptce]\d+)+$")
+
+
+class AllocationError(ValueError):
+    """An allocation_mode a replay cannot run."""
+
+
+def _backend_of(component: str) -> str:
+    return re.split(r"[\[:]", component, maxsplit=1)[0].strip()
+
+
+def _validate(alloc: str) -> None:
+    from areal.api.alloc_mode import _AllocationMode
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _AllocationMode.from_str(alloc)
+
+
+def training_allocation(
+    alloc: str, actor_backend: str | None = None
+) -> tuple[str, str | None]:
+    """Return (training allocation, note) for a replay of ``alloc``.
+
+    ``sglang:d4p1t1+fsdp:d4p1t1`` -> ``fsdp:d4p1t1``; names and colocation
+    (``sglang[r]:d2|fsdp[a]:d2`` -> ``fsdp[a]:d2``) and every training backend
+    are kept. A bare ``d4p1t1`` (rejected by AReaL 1.0.4) is read as training
+    parallelism with the backend of ``actor.backend`` (fsdp if it has none);
+    ``note`` then says so.
+    """
+    alloc = (alloc or "").strip()
+    if not alloc:
+        raise AllocationError(
+            "allocation_mode is empty: a replay needs the training allocation to "
+            "know how many trainer processes to start. Set allocation_mode, e.g. "
+            "allocation_mode=fsdp:d4."
+        )
+    if _BARE_DIMS.match(alloc):
+        backend = _backend_of(actor_backend or "") or "fsdp"
+        if backend not in TRAIN_BACKENDS:
+            backend = "fsdp"
+        result = f"{backend}:{alloc}"
+        _validate(result)
+        return result, (
+            f"allocation_mode={alloc} has no backend prefix (AReaL 0.x style); "
+            f"read as the training allocation {result}."
+        )
+    try:
+        _validate(alloc)
+    except Exception as e:  # noqa: BLE001 - AReaL's parser raises several types
+        raise AllocationError(
+            f"allocation_mode={alloc!r} is not an allocation AReaL accepts: "
+            f"{str(e).splitlines()[0]}. Use e.g. 'sglang:d4+fsdp:d4' or 'fsdp:d4'."
+        ) from e
+    components = [c for c in re.split(r"[+|]", alloc) if c.strip()]
+    train = [c.strip() for c in components if _backend_of(c) in TRAIN_BACKENDS]
+    if not train:
+        raise AllocationError(
+            f"allocation_mode={alloc!r} has no training part (only "
+            f"{sorted({_backend_of(c) for c in components})}): a replay runs only "
+            "the trainer. Give the training allocation, e.g. "
+            "allocation_mode=fsdp:d4, or sglang:d4+fsdp:d4."
+        )
+    result = "+".join(train)
+    _validate(result)
+    return result, None

@@ -1,0 +1,206 @@
+# SPDX-License-Identifier: Apache-2.0
+"""areal_debug.launcher.local: allocation rewriting, the CPU fixes, and real runs."""
+
+import os
+
+import pytest
+from support.harness import FAKE_CONFIG, FAKE_SCRIPT, run_launcher, run_torchrun
+
+from areal_debug.launcher.allocation import AllocationError, training_allocation
+from areal_debug.launcher.local import CpuSafeLocalLauncher, plan_launch
+
+
+@pytest.mark.parametrize(
+    "alloc,expected",
+    [
+        ("sglang:d4p1t1+fsdp:d4p1t1", "fsdp:d4p1t1"),
+        ("vllm:d2t1+fsdp:d2", "fsdp:d2"),
+        ("sglang[rollout]:d2+fsdp[actor]:d4", "fsdp[actor]:d4"),
+        ("sglang[r]:d2|fsdp[a]:d2", "fsdp[a]:d2"),
+        ("sglang:d2+megatron:d2p2t1", "megatron:d2p2t1"),
+        ("vllm:d2+archon:d2", "archon:d2"),
+        ("fsdp:d4", "fsdp:d4"),
+    ],
+)
+def test_training_part_of_every_allocation_form(alloc, expected):
+    assert training_allocation(alloc) == (expected, None)
+
+
+def test_legacy_bare_allocation_is_read_as_training_with_a_note():
+    alloc, note = training_allocation("d4p1t1")
+    assert (
+        alloc == "fsdp:d4p1t1" and "read as the training allocation fsdp:d4p1t1" in note
+    )
+    assert (
+        training_allocation("d2p2t1", actor_backend="megatron:d2p2t1")[0]
+        == "megatron:d2p2t1"
+    )
+
+
+@pytest.mark.parametrize(
+    "alloc,message",
+    [
+        ("sglang:d4", "has no training part"),
+        ("vllm:d2t2", "has no training part"),
+        ("", "allocation_mode is empty"),
+        ("fsdp:d2p2", "not an allocation AReaL accepts"),
+        ("sglang.d4+fsdp.d4", "not an allocation AReaL accepts"),
+    ],
+)
+def test_unusable_allocations_say_what_to_do(alloc, message):
+    with pytest.raises(AllocationError) as e:
+        training_allocation(alloc)
+    assert message in str(e.value) and "allocation_mode=" in str(e.value)
+
+
+def argv(*overrides):
+    return [FAKE_SCRIPT, "--config", FAKE_CONFIG, *overrides]
+
+
+def test_replay_plan_rewrites_allocation_for_the_trainers_too():
+    plan = plan_launch(
+        argv("debug.replay_rollout_data=true", "allocation_mode=sglang:d2+fsdp:d2")
+    )
+    assert plan.replay and plan.config.allocation_mode == "fsdp:d2"
+    assert "++allocation_mode=fsdp:d2" in plan.argv
+    assert "allocation_mode=sglang:d2+fsdp:d2" not in plan.argv
+    # The launcher's own logs go to the replay trial, never the recorded run's.
+    assert plan.config.trial_name == "t0_replay"
+    assert any("no inference server is started" in n for n in plan.notes)
+
+
+def test_dump_plan_leaves_argv_and_allocation_alone():
+    args = argv("debug.dump_rollout_data=true")
+    plan = plan_launch(args)
+    # Only the debug key the YAML lacks becomes hydra's add-or-override.
+    assert not plan.replay and [a.lstrip("+") for a in plan.argv] == args
+    assert plan.config.allocation_mode == "sglang:d1+fsdp:d1"
+    assert plan.config.trial_name == "t0"
+
+
+def test_deterministic_config_exports_the_environment():
+    plan = plan_launch(argv("debug.deterministic=true"))
+    assert plan.extra_env["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    assert plan.extra_env["NCCL_ALGO"] == "Ring"
+    assert plan.extra_env["NVTE_ALLOW_NONDETERMINISTIC_ALGO"] == "0"
+    plan = plan_launch(argv("debug.deterministic=false"))
+    assert "NCCL_ALGO" not in plan.extra_env
+
+
+def test_cpu_launcher_runs_jobs_and_keeps_their_exit_status(tmp_path):
+    launcher = CpuSafeLocalLauncher("exp", "trial", str(tmp_path))
+    CpuSafeLocalLauncher.started = {}
+    launcher.submit_array("ok", "echo fine", gpu=1)  # AReaL would emit `=0 stdbuf ...`
+    launcher.submit_array("bad", "sh -c 'echo broken; exit 3'", gpu=1)
+    assert CpuSafeLocalLauncher.started["ok/0"].wait() == 0
+    assert CpuSafeLocalLauncher.started["bad/0"].wait() == 3  # not tee's 0
+    assert "fine" in open(launcher.log_path_of("ok")).read()
+    launcher._jobs.clear()
+
+
+# -- the real launcher, end to end ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def launcher_dump(tmp_path_factory, tiny_assets):
+    """A dump at 2 data-parallel heads, started through the launcher (train-only
+    allocation: the fake engine needs no server)."""
+    d = tmp_path_factory.mktemp("launcher")
+    os.symlink(tiny_assets / "model", d / "model")
+    os.symlink(tiny_assets / "data.jsonl", d / "data.jsonl")
+    run = run_launcher(
+        str(d),
+        "dump",
+        [
+            "allocation_mode=fsdp:d2",
+            "actor.backend=fsdp:d2",
+            "debug.dump_rollout_data=true",
+        ],
+    )
+    assert run.returncode == 0, run.log[-3000:]
+    assert len(run.stats) == 3
+    return d, run
+
+
+def started_commands(log: str) -> list[str]:
+    return [
+        line
+        for line in log.splitlines()
+        if "Starting local process with command" in line
+    ]
+
+
+@pytest.mark.areal
+@pytest.mark.parametrize("alloc", ["sglang:d1+fsdp:d2", "d2p1t1"])
+def test_replay_through_the_launcher_starts_only_the_trainer(launcher_dump, alloc):
+    workdir, dump = launcher_dump
+    trial = "r" + alloc.replace(":", "").replace("+", "")
+    run = run_launcher(
+        str(workdir),
+        f"replay-{trial}",
+        [
+            f"allocation_mode={alloc}",
+            "actor.backend=fsdp:d2",
+            "debug.replay_rollout_data=true",
+            f"debug.replay_trial_name={trial}",
+        ],
+    )
+    assert run.returncode == 0, run.log[-3000:]
+    commands = started_commands(run.log)
+    assert len(commands) == 1 and "torchrun" in commands[0]
+    assert "--nproc-per-node 2" in commands[0]
+    expected = "fsdp:d2" if alloc.startswith("sglang") else "fsdp:d2p1t1"
+    assert f"++allocation_mode={expected}" in commands[0]
+    assert "sglang_server" not in run.log and "llm_server" not in run.log
+    assert "Replay engine in place of the inference engine" in run.log
+    assert "Trainer finished successfully" in run.log
+    recorded, replayed = dump.stats_by_step(), run.stats_by_step()
+    assert sorted(replayed) == [0, 1, 2]
+    for step in replayed:
+        different = {
+            k
+            for k in recorded[step]
+            if not k.startswith("timeperf/")
+            and recorded[step][k] != replayed[step].get(k)
+        }
+        assert not different, (step, different)
+    if alloc == "d2p1t1":
+        assert "read as the training allocation fsdp:d2p1t1" in run.log
+
+
+@pytest.mark.areal
+def test_failed_replay_exits_nonzero_with_the_error_visible(launcher_dump):
+    workdir, _ = launcher_dump
+    run = run_launcher(
+        str(workdir),
+        "replay-fail",
+        [
+            "allocation_mode=sglang:d1+fsdp:d2",
+            "actor.backend=fsdp:d2",
+            "total_train_steps=5",
+            "debug.replay_rollout_data=true",
+            "debug.replay_trial_name=fail",
+        ],
+    )
+    assert run.returncode == 1
+    assert "lacks steps 3-4" in run.log and "Trainer failed (exit status 1" in run.log
+
+
+@pytest.mark.areal
+def test_replay_warns_when_determinism_settings_differ(launcher_dump):
+    workdir, _ = launcher_dump
+    # The dump ran through the launcher with debug.deterministic=true (the test
+    # YAML); a bare torchrun replay lacks the launcher's environment.
+    run = run_torchrun(
+        str(workdir),
+        "replay-env",
+        2,
+        [
+            "actor.backend=fsdp:d2",
+            "debug.replay_rollout_data=true",
+            "debug.replay_trial_name=env",
+        ],
+    )
+    assert run.returncode == 0, run.log[-2000:]
+    assert "Determinism settings differ" in run.log
+    assert "CUBLAS_WORKSPACE_CONFIG: recorded ':4096:8', replay None" in run.log
