@@ -109,16 +109,26 @@ def start_server(workdir: Path, env: dict) -> tuple[subprocess.Popen, str]:
     raise DemoError("the CPU server did not become healthy within 180 s")
 
 
-def run_trainer(
-    workdir: Path, name: str, nproc: int, overrides: list[str], env: dict, steps: int
-) -> None:
-    """Run the example under torchrun, log to DIR/<name>.log, show step progress."""
-    cmd = [
+def trainer_command(mode: str, nproc: int) -> list[str]:
+    """The dump runs under torchrun next to the server; the replay goes through
+    areal-debug's launcher, which starts no inference server."""
+    if mode == "replay":
+        return [sys.executable, "-m", "areal_debug.launcher.local"]
+    return [
         sys.executable,
         "-m",
         "torch.distributed.run",
         f"--nproc-per-node={nproc}",
         f"--master-port={_free_port()}",
+    ]
+
+
+def run_trainer(
+    workdir: Path, name: str, nproc: int, overrides: list[str], env: dict, steps: int
+) -> None:
+    """Run the example in mode ``name``, log to DIR/<name>.log, show step progress."""
+    cmd = [
+        *trainer_command(name, nproc),
         str(SCRIPT),
         "--config",
         str(CONFIG),
@@ -159,25 +169,16 @@ def run_mode(wd: Path, mode: str, nproc: int, steps: int, env: dict) -> float:
 
 
 def replay_command(workdir: Path, nproc: int, steps: int) -> str:
-    env = (
-        f"AREAL_DEBUG_WORKDIR={shlex.quote(str(workdir))} AREAL_SPMD_MODE=1 "
-        "OMP_NUM_THREADS=1"
-    )
-    args = " ".join(
-        shlex.quote(a)
-        for a in [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            f"--nproc-per-node={nproc}",
-            str(SCRIPT),
-            "--config",
-            str(CONFIG),
-            *common_overrides(nproc, steps),
-            "debug.replay_rollout_data=true",
-        ]
-    )
-    return f"{env} {args}"
+    env = f"AREAL_DEBUG_WORKDIR={shlex.quote(str(workdir))} OMP_NUM_THREADS=1"
+    args = [
+        *trainer_command("replay", nproc),
+        str(SCRIPT),
+        "--config",
+        str(CONFIG),
+        *common_overrides(nproc, steps),
+        "debug.replay_rollout_data=true",
+    ]
+    return f"{env} {' '.join(shlex.quote(a) for a in args)}"
 
 
 def common_overrides(nproc: int, steps: int) -> list[str]:
@@ -185,6 +186,7 @@ def common_overrides(nproc: int, steps: int) -> list[str]:
         f"total_train_steps={steps}",
         f"actor.backend=fsdp:d{nproc}",
         "rollout.backend=sglang:d1",
+        f"allocation_mode=sglang:d1+fsdp:d{nproc}",
     ]
 
 
@@ -196,8 +198,7 @@ def write_replay_script(workdir: Path, nproc: int, steps: int) -> Path:
         "# config overrides, e.g.: bash run_replay.sh actor.optimizer.lr=1e-5\n"
         "set -euo pipefail\n"
         f"cd {shlex.quote(str(REPO))}\n"
-        f'exec env MASTER_PORT="${{MASTER_PORT:-29517}}" '
-        f'{replay_command(workdir, nproc, steps)} "$@"\n'
+        f'exec env {replay_command(workdir, nproc, steps)} "$@"\n'
     )
     path.chmod(0o755)
     return path
@@ -299,7 +300,9 @@ def run_demo(workdir: str, steps: int = 4, nproc: int = 1) -> int:
         _end(server)
         say("[2/4] CPU server stopped")
 
-    say("[3/4] replay: no inference server, no engine")
+    say(
+        "[3/4] replay through areal_debug.launcher.local: no inference server, no engine"
+    )
     replay_time = run_mode(wd, "replay", nproc, steps, base_env)
     script = write_replay_script(wd, nproc, steps)
 

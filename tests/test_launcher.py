@@ -204,3 +204,105 @@ def test_replay_warns_when_determinism_settings_differ(launcher_dump):
     assert run.returncode == 0, run.log[-2000:]
     assert "Determinism settings differ" in run.log
     assert "CUBLAS_WORKSPACE_CONFIG: recorded ':4096:8', replay None" in run.log
+
+
+# -- Ray and Slurm: AReaL's real entry points, with a launcher that records --------
+
+
+class RecordingLauncher:
+    """Stands in for RayLauncher/SlurmLauncher: records what would be submitted."""
+
+    submitted: list[dict] = []
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def submit_array(self, job_name, *args, **kwargs):
+        RecordingLauncher.submitted.append(
+            {"job_name": job_name, "args": args, **kwargs}
+        )
+
+    def submit(self, job_name, *args, **kwargs):
+        self.submit_array(job_name, *args, **kwargs)
+
+    def wait(self, *args, **kwargs):
+        pass
+
+    def stop_all(self, *args, **kwargs):
+        pass
+
+
+def dry_run(kind, tmp_path, *overrides):
+    import importlib
+
+    from areal_debug.launcher.common import run_areal_launcher, with_extra_env
+
+    areal_module = importlib.import_module(f"areal.infra.launcher.{kind}")
+    (tmp_path / "name_resolve").mkdir(exist_ok=True)
+    plan = plan_launch(
+        argv(f"cluster.fileroot={tmp_path}", *overrides), resize_cluster=True
+    )
+    RecordingLauncher.submitted = []
+    attr = {"ray": "RayLauncher", "slurm": "SlurmLauncher"}[kind]
+    try:
+        run_areal_launcher(
+            plan,
+            getattr(areal_module, f"{kind}_main"),
+            attr,
+            with_extra_env(RecordingLauncher, plan.extra_env),
+        )
+    finally:
+        if kind == "ray":
+            areal_module.RAY_LAUNCHER = None
+    return plan, RecordingLauncher.submitted
+
+
+@pytest.mark.parametrize("kind", ["ray", "slurm"])
+def test_distributed_replay_submits_only_the_trainer_on_the_training_nodes(
+    kind, tmp_path
+):
+    plan, jobs = dry_run(
+        kind,
+        tmp_path,
+        "debug.replay_rollout_data=true",
+        "allocation_mode=sglang:d8+fsdp:d16",
+        "cluster.n_nodes=3",
+        "cluster.n_gpus_per_node=8",
+    )
+    assert [j["job_name"] for j in jobs] == ["trainer"]
+    job = jobs[0]
+    text = repr(job)
+    assert "++allocation_mode=fsdp:d16" in text
+    assert "++cluster.n_nodes=2" in text and "sglang_server" not in text
+    assert (plan.config.cluster.n_nodes, plan.config.cluster.n_gpus_per_node) == (2, 8)
+    assert job["count"] == (16 if kind == "ray" else 2)
+    envs = job["env_vars"] if isinstance(job["env_vars"], list) else [job["env_vars"]]
+    for env in envs:
+        assert (
+            env["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+        )  # debug.deterministic in the YAML
+        assert env["AREAL_LLM_SERVER_ADDRS"] == ""
+
+
+def test_distributed_replay_on_part_of_a_node(tmp_path):
+    plan, jobs = dry_run(
+        "ray",
+        tmp_path,
+        "debug.replay_rollout_data=true",
+        "allocation_mode=sglang:d4+fsdp:d4",
+        "cluster.n_gpus_per_node=8",
+    )
+    assert (plan.config.cluster.n_nodes, plan.config.cluster.n_gpus_per_node) == (1, 4)
+    assert [j["job_name"] for j in jobs] == ["trainer"] and jobs[0]["count"] == 4
+
+
+def test_distributed_training_part_must_fill_whole_nodes():
+    with pytest.raises(AllocationError, match="whole number of nodes"):
+        plan_launch(
+            argv(
+                "debug.replay_rollout_data=true",
+                "allocation_mode=sglang:d4+fsdp:d12",
+                "cluster.n_gpus_per_node=8",
+            ),
+            resize_cluster=True,
+        )

@@ -13,97 +13,20 @@ determinism environment when ``debug.deterministic: true``.
 
 from __future__ import annotations
 
-import os
 import shlex
 import subprocess
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from areal.infra import current_platform
 from areal.infra.launcher import local as areal_local
-from areal.utils import logging
-from omegaconf import DictConfig, OmegaConf
 
-from areal_debug.config import REPLAY_TRIAL_SUFFIX, _append_debug_overrides
-from areal_debug.determinism import DETERMINISM_ENV
-from areal_debug.launcher.allocation import AllocationError, training_allocation
-
-logger = logging.getLogger("DebugLauncher")
-
-
-@dataclass
-class LaunchPlan:
-    config: DictConfig
-    argv: list[
-        str
-    ]  # the arguments after the launcher module: script, --config, overrides
-    replay: bool
-    extra_env: dict[str, str] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-
-
-def parse_config(argv: list[str]) -> tuple[DictConfig, list[str]]:
-    """Compose the YAML with the overrides, as AReaL's launcher does.
-
-    ``debug.*`` overrides of keys the YAML lacks are retried as hydra's
-    add-or-override (``++debug.k=v``); the returned argv is the form that
-    composed, so the trainer processes get the same.
-    """
-    from hydra.errors import ConfigCompositionException
-
-    try:
-        return areal_local.parse_cli_args(argv)[0], argv
-    except ConfigCompositionException:
-        appended = _append_debug_overrides(argv)
-        if appended == argv:
-            raise
-        return areal_local.parse_cli_args(appended)[0], appended
-
-
-def _select(cfg: DictConfig, key: str, default=None):
-    return OmegaConf.select(cfg, key, default=default)
-
-
-def plan_launch(argv: list[str]) -> LaunchPlan:
-    cfg, argv = parse_config(argv)
-    replay = bool(_select(cfg, "debug.replay_rollout_data", False))
-    plan = LaunchPlan(config=cfg, argv=list(argv), replay=replay)
-    if bool(_select(cfg, "debug.deterministic", False)):
-        plan.extra_env.update(DETERMINISM_ENV)
-    bin_dir = os.path.dirname(sys.executable)
-    path = os.environ.get("PATH", "")
-    if bin_dir not in path.split(os.pathsep):
-        # AReaL starts a bare `torchrun`: find the one of this Python even when
-        # its virtual environment is not activated.
-        plan.extra_env["PATH"] = os.pathsep.join([bin_dir, path])
-    if not current_platform.device_control_env_var and "OMP_NUM_THREADS" in os.environ:
-        # On CPU the launcher's default of several threads per process oversubscribes
-        # the cores; the caller's setting is passed on.
-        plan.extra_env["OMP_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"]
-    if not replay:
-        return plan
-    alloc, note = training_allocation(
-        str(_select(cfg, "allocation_mode", "") or ""), _select(cfg, "actor.backend")
-    )
-    if note:
-        plan.notes.append(note)
-    plan.notes.append(
-        f"Replay: allocation_mode {_select(cfg, 'allocation_mode')!r} -> {alloc!r}; "
-        "no inference server is started."
-    )
-    cfg.allocation_mode = alloc
-    # The trainer processes parse argv themselves: they must see the same allocation.
-    plan.argv = [
-        a for a in plan.argv if not a.lstrip("+").startswith("allocation_mode=")
-    ]
-    plan.argv.append(f"++allocation_mode={alloc}")
-    # The launcher's own log (trainer.log) belongs to the replay trial, like the
-    # trainer's logs; the trainer derives its trial from the original one itself.
-    cfg.trial_name = _select(cfg, "debug.replay_trial_name") or (
-        str(cfg.trial_name) + REPLAY_TRIAL_SUFFIX
-    )
-    return plan
+from areal_debug.launcher.allocation import AllocationError
+from areal_debug.launcher.common import (
+    LaunchPlan,
+    logger,
+    plan_launch,
+    run_areal_launcher,
+)
 
 
 class CpuSafeLocalLauncher(areal_local.LocalLauncher):
@@ -155,23 +78,16 @@ def _trainer_returncode() -> int | None:
     return None if proc is None else proc.wait()
 
 
-def run_with_areal(plan: LaunchPlan, areal_main: Callable, launcher_attr: str) -> int:
-    """Run one of AReaL's launcher entry points on the plan; return an exit code."""
+def run_local(plan: LaunchPlan) -> int:
+    """Run AReaL's local launcher on the plan; return the trainer's exit status."""
     from areal.infra.utils.launcher import JobException, JobState
 
-    for note in plan.notes:
-        logger.info(note)
     CpuSafeLocalLauncher.extra_env = dict(plan.extra_env)
     CpuSafeLocalLauncher.started = {}
-    module = sys.modules[areal_main.__module__]
-    original = getattr(module, launcher_attr, None)
-    saved_argv = sys.argv
-    # AReaL joins sys.argv into a shell command for every process it starts.
-    sys.argv = [saved_argv[0]] + [shlex.quote(a) for a in plan.argv]
-    if original is not None:
-        setattr(module, launcher_attr, CpuSafeLocalLauncher)
     try:
-        areal_main(plan.config, run_id=0)
+        run_areal_launcher(
+            plan, areal_local.local_main, "LocalLauncher", CpuSafeLocalLauncher
+        )
     except JobException as e:
         rc = _trainer_returncode()
         if e.reason == JobState.COMPLETED and rc == 0:
@@ -182,10 +98,6 @@ def run_with_areal(plan: LaunchPlan, areal_main: Callable, launcher_attr: str) -
             "error is in the output above."
         )
         return rc or 1
-    finally:
-        sys.argv = saved_argv
-        if original is not None:
-            setattr(module, launcher_attr, original)
     return 0
 
 
@@ -196,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     except AllocationError as e:
         print(f"areal_debug.launcher.local: {e}", file=sys.stderr)
         return 2
-    return run_with_areal(plan, areal_local.local_main, "LocalLauncher")
+    return run_local(plan)
 
 
 if __name__ == "__main__":

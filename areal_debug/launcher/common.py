@@ -1,0 +1,171 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What the areal-debug launchers share: reading the config as AReaL's launchers do,
+and planning a replay (training allocation only, its own trial for launcher logs)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+
+from areal.infra import current_platform
+from areal.infra.launcher import local as areal_local
+from areal.utils import logging
+from omegaconf import DictConfig, OmegaConf
+
+from areal_debug.config import REPLAY_TRIAL_SUFFIX, _append_debug_overrides
+from areal_debug.determinism import DETERMINISM_ENV
+from areal_debug.launcher.allocation import AllocationError, training_allocation
+
+logger = logging.getLogger("DebugLauncher")
+
+
+@dataclass
+class LaunchPlan:
+    config: DictConfig
+    argv: list[
+        str
+    ]  # the arguments after the launcher module: script, --config, overrides
+    replay: bool
+    extra_env: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def parse_config(argv: list[str]) -> tuple[DictConfig, list[str]]:
+    """Compose the YAML with the overrides, as AReaL's launcher does.
+
+    ``debug.*`` overrides of keys the YAML lacks are retried as hydra's
+    add-or-override (``++debug.k=v``); the returned argv is the form that
+    composed, so the trainer processes get the same.
+    """
+    from hydra.errors import ConfigCompositionException
+
+    try:
+        return areal_local.parse_cli_args(argv)[0], argv
+    except ConfigCompositionException:
+        appended = _append_debug_overrides(argv)
+        if appended == argv:
+            raise
+        return areal_local.parse_cli_args(appended)[0], appended
+
+
+def _select(cfg: DictConfig, key: str, default=None):
+    return OmegaConf.select(cfg, key, default=default)
+
+
+def plan_launch(argv: list[str], resize_cluster: bool = False) -> LaunchPlan:
+    cfg, argv = parse_config(argv)
+    replay = bool(_select(cfg, "debug.replay_rollout_data", False))
+    plan = LaunchPlan(config=cfg, argv=list(argv), replay=replay)
+    if bool(_select(cfg, "debug.deterministic", False)):
+        plan.extra_env.update(DETERMINISM_ENV)
+    bin_dir = os.path.dirname(sys.executable)
+    path = os.environ.get("PATH", "")
+    if bin_dir not in path.split(os.pathsep):
+        # AReaL starts a bare `torchrun`: find the one of this Python even when
+        # its virtual environment is not activated.
+        plan.extra_env["PATH"] = os.pathsep.join([bin_dir, path])
+    if not current_platform.device_control_env_var and "OMP_NUM_THREADS" in os.environ:
+        # On CPU the launcher's default of several threads per process oversubscribes
+        # the cores; the caller's setting is passed on.
+        plan.extra_env["OMP_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"]
+    if not replay:
+        return plan
+    alloc, note = training_allocation(
+        str(_select(cfg, "allocation_mode", "") or ""), _select(cfg, "actor.backend")
+    )
+    if note:
+        plan.notes.append(note)
+    plan.notes.append(
+        f"Replay: allocation_mode {_select(cfg, 'allocation_mode')!r} -> {alloc!r}; "
+        "no inference server is started."
+    )
+    cfg.allocation_mode = alloc
+    if resize_cluster:
+        _fit_cluster_to_training(cfg, alloc, plan)
+    # The trainer processes parse argv themselves: they must see the same allocation.
+    plan.argv = [
+        a for a in plan.argv if not a.lstrip("+").startswith("allocation_mode=")
+    ]
+    plan.argv.append(f"++allocation_mode={alloc}")
+    # The launcher's own log (trainer.log) belongs to the replay trial, like the
+    # trainer's logs; the trainer derives its trial from the original one itself.
+    cfg.trial_name = _select(cfg, "debug.replay_trial_name") or (
+        str(cfg.trial_name) + REPLAY_TRIAL_SUFFIX
+    )
+    return plan
+
+
+def _fit_cluster_to_training(cfg: DictConfig, alloc: str, plan: LaunchPlan) -> None:
+    """Shrink cluster.n_nodes (and n_gpus_per_node on one node) to the training part.
+
+    AReaL's Ray and Slurm launchers give the trainer every node the generation
+    servers do not take; with no servers that would be the whole cluster.
+    """
+    import warnings
+
+    from areal.api.alloc_mode import _AllocationMode
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        world = _AllocationMode.from_str(alloc).train.world_size
+    gpn = int(_select(cfg, "cluster.n_gpus_per_node", 1) or 1)
+    if world < gpn:
+        nodes, gpn = 1, world
+    elif world % gpn == 0:
+        nodes = world // gpn
+    else:
+        raise AllocationError(
+            f"The training allocation {alloc!r} needs {world} GPUs, which is not a "
+            f"whole number of nodes of cluster.n_gpus_per_node={gpn}. Use a training "
+            "allocation that fills whole nodes."
+        )
+    if (nodes, gpn) != (cfg.cluster.n_nodes, cfg.cluster.n_gpus_per_node):
+        plan.notes.append(
+            f"Replay: cluster {cfg.cluster.n_nodes} node(s) x {cfg.cluster.n_gpus_per_node} "
+            f"GPUs -> {nodes} x {gpn} (the training part only)."
+        )
+    cfg.cluster.n_nodes, cfg.cluster.n_gpus_per_node = nodes, gpn
+    plan.argv += [f"++cluster.n_nodes={nodes}", f"++cluster.n_gpus_per_node={gpn}"]
+
+
+def run_areal_launcher(
+    plan: LaunchPlan, areal_main, launcher_attr: str, launcher_cls=None
+):
+    """Run an AReaL launcher entry point on the plan, optionally with another launcher class.
+
+    AReaL builds every command line from ``sys.argv``, so the planned argv is
+    put there (shell-quoted) for the duration.
+    """
+    import shlex
+
+    for note in plan.notes:
+        logger.info(note)
+    module = sys.modules[areal_main.__module__]
+    original = getattr(module, launcher_attr)
+    saved_argv = sys.argv
+    sys.argv = [saved_argv[0]] + [shlex.quote(a) for a in plan.argv]
+    if launcher_cls is not None:
+        setattr(module, launcher_attr, launcher_cls)
+    try:
+        return areal_main(plan.config, run_id=0)
+    finally:
+        sys.argv = saved_argv
+        setattr(module, launcher_attr, original)
+
+
+def with_extra_env(launcher_cls, extra_env: dict[str, str]):
+    """A subclass of an AReaL launcher class that adds ``extra_env`` to every job."""
+
+    def merge(env_vars):
+        if isinstance(env_vars, list):
+            return [{**(e or {}), **extra_env} for e in env_vars]
+        return {**(env_vars or {}), **extra_env}
+
+    class WithEnv(launcher_cls):
+        def submit_array(self, *args, **kwargs):
+            kwargs["env_vars"] = merge(kwargs.get("env_vars"))
+            return super().submit_array(*args, **kwargs)
+
+    WithEnv.__name__ = WithEnv.__qualname__ = f"{launcher_cls.__name__}WithEnv"
+    return WithEnv
