@@ -64,6 +64,32 @@ class DebugConfig:
             "cudnn deterministic, no cudnn benchmark) so a replay can match bitwise."
         },
     )
+    restore_rng: bool = field(
+        default=True,
+        metadata={
+            "help": "Replay: restore each rank's RNG states (python, numpy, torch, "
+            "CUDA) recorded at the dump point of each step, so training-side "
+            "randomness such as dropout replays identically."
+        },
+    )
+    fail_on_divergence: bool = field(
+        default=False,
+        metadata={
+            "help": "Replay: stop with a non-zero exit at the first step whose "
+            "statistics differ from the recording (after writing the report)."
+        },
+    )
+    replay_start_step: int | None = field(
+        default=None,
+        metadata={
+            "help": "Replay: the step to reproduce. Without a recover checkpoint of "
+            "the dump run the replay runs from the first recorded step up to it."
+        },
+    )
+    replay_end_step: int | None = field(
+        default=None,
+        metadata={"help": "Replay: the last step to run (inclusive)."},
+    )
     verify_rtol: float = field(
         default=0.0,
         metadata={
@@ -91,6 +117,20 @@ class DebugConfig:
         if self.max_pending_steps < 1:
             raise ValueError(
                 f"debug.max_pending_steps must be >= 1, got {self.max_pending_steps}."
+            )
+        for name in ("replay_start_step", "replay_end_step"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"debug.{name} must be >= 0, got {value}.")
+        if (
+            self.replay_start_step is not None
+            and self.replay_end_step is not None
+            and self.replay_end_step < self.replay_start_step
+        ):
+            raise ValueError(
+                f"debug.replay_end_step={self.replay_end_step} is before "
+                f"debug.replay_start_step={self.replay_start_step}; the range is "
+                "inclusive, so set replay_end_step >= replay_start_step."
             )
         for name in ("verify_rtol", "verify_atol"):
             if getattr(self, name) < 0:

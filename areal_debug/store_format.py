@@ -25,6 +25,7 @@ SUPPORTED_FORMAT_VERSIONS = (1,)
 MANIFEST = "manifest.json"
 STEP_META = "step.json"
 STATS = "stats.json"
+RNG = "rng.pt"
 
 
 class RecordingError(RuntimeError):

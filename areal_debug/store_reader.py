@@ -13,6 +13,7 @@ import torch
 
 from areal_debug.store_format import (
     MANIFEST,
+    RNG,
     STATS,
     STEP_META,
     SUPPORTED_FORMAT_VERSIONS,
@@ -124,6 +125,25 @@ class RecordingReader:
         if not os.path.exists(p):
             return {}
         return read_json(p, "recorded statistics").get("timings", {})
+
+    def recorded_rng(self, step: int) -> dict[str, Any] | None:
+        """Every rank's RNG states at the step's dump point (None if not recorded)."""
+        path = os.path.join(self.path, step_dirname(step), RNG)
+        if not os.path.exists(path):
+            return None
+        with open(path, "rb") as f:
+            data = f.read()
+        stats_path = os.path.join(self.path, step_dirname(step), STATS)
+        expected = None
+        if os.path.exists(stats_path):
+            expected = read_json(stats_path, "recorded statistics").get("rng_sha256")
+        if expected is not None and sha256_bytes(data) != expected:
+            raise RecordingError(
+                f"Checksum mismatch in {path}: expected sha256 {expected}, got "
+                f"{sha256_bytes(data)}. Restore the file or replay with "
+                "debug.restore_rng=false."
+            )
+        return load_payload_bytes(data, path)
 
     # -- payloads ----------------------------------------------------------------
     def load_shard(self, step: int, shard: int) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ from areal.utils import logging
 from areal_debug.store_format import (
     FORMAT_VERSION,
     MANIFEST,
+    RNG,
     STATS,
     STEP_META,
     RecordingError,
@@ -105,6 +106,7 @@ class RecordingWriter:
         self.clone_tensors = clone_tensors
         self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
         self._error: BaseException | None = None
+        self._rng_sha256: dict[int, str] = {}
         self._closed = False
         self._thread = threading.Thread(
             target=self._run, name=f"areal-debug-writer-{shard}", daemon=True
@@ -130,6 +132,10 @@ class RecordingWriter:
             "rollout": dict(rollout or {}),
         }
         self._put(("stats", global_step, payload))
+
+    def submit_rng(self, global_step: int, states: list[dict[str, Any]]) -> None:
+        """Queue every rank's RNG states at the step's dump point (global rank 0)."""
+        self._put(("rng", global_step, {"world_size": len(states), "ranks": states}))
 
     def flush(self) -> None:
         """Block until everything submitted is on disk; raise if writing failed."""
@@ -181,6 +187,8 @@ class RecordingWriter:
                     kind, step, payload = job
                     if kind == "batch":
                         self._write_shard(step, payload)
+                    elif kind == "rng":
+                        self._write_rng(step, payload)
                     else:
                         self._write_stats(step, payload)
             except BaseException as e:  # noqa: BLE001 - surfaced on the training thread
@@ -244,7 +252,18 @@ class RecordingWriter:
         }
         atomic_write_json(os.path.join(step_dir, STEP_META), step_meta)
 
+    def _write_rng(self, step: int, payload: dict) -> None:
+        buf = io.BytesIO()
+        torch.save(payload, buf)
+        data = buf.getbuffer()
+        atomic_write_bytes(os.path.join(self._step_dir(step), RNG), data)
+        # stats.json, written after this by the same thread, carries the checksum.
+        self._rng_sha256[step] = sha256_bytes(data)
+
     def _write_stats(self, step: int, payload: dict) -> None:
+        rng_sha = self._rng_sha256.pop(step, None)
+        if rng_sha is not None:
+            payload = {**payload, "rng_sha256": rng_sha}
         atomic_write_json(
             os.path.join(self._step_dir(step), STATS), {"global_step": step, **payload}
         )

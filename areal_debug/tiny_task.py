@@ -24,8 +24,11 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_tiny_model(path: str, seed: int = 0) -> str:
-    """Create (once) a tiny Qwen2 causal LM and tokenizer in ``path``."""
+def build_tiny_model(path: str, seed: int = 0, dropout: float = 0.0) -> str:
+    """Create (once) a tiny Qwen2 causal LM and tokenizer in ``path``.
+
+    ``dropout`` sets the attention dropout, for tests of training-side randomness.
+    """
     if os.path.exists(os.path.join(path, "config.json")) and os.path.exists(
         os.path.join(path, "tokenizer.json")
     ):
@@ -59,6 +62,7 @@ def build_tiny_model(path: str, seed: int = 0) -> str:
         eos_token_id=vocab["<eos>"],
         pad_token_id=vocab["<pad>"],
         tie_word_embeddings=False,
+        attention_dropout=dropout,
     )
     torch.manual_seed(seed)
     Qwen2ForCausalLM(cfg).save_pretrained(path)

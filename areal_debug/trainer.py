@@ -27,12 +27,13 @@ from areal.utils import logging
 from areal.utils.environ import is_single_controller
 from areal.utils.stats_logger import StatsLogger
 
+from areal_debug import rng_state
 from areal_debug.config import DebugConfig
 from areal_debug.cpu_server import allow_sglang_client_without_sglang
 from areal_debug.determinism import current_settings, differences, enable_determinism
 from areal_debug.engines import RecordingEngine, ReplayEngine
 from areal_debug.replay_loader import ReplayDataLoader
-from areal_debug.store_format import FORMAT_VERSION, atomic_write_json
+from areal_debug.store_format import FORMAT_VERSION, RecordingError, atomic_write_json
 from areal_debug.store_reader import RecordingReader
 from areal_debug.store_writer import RecordingWriter, supersede_steps, write_manifest
 from areal_debug.verify import (
@@ -74,6 +75,8 @@ class DebugPPOTrainer(PPOTrainer):
         self._reader: RecordingReader | None = None
         self._verifier: ReplayVerifier | None = None
         self._eval_skip_logged = False
+        self._rng_step = 0
+        self._rng_warned = False
         if self.debug.enabled and is_single_controller():
             raise NotImplementedError(
                 "areal-debug records and replays in SPMD mode (AReaL's launchers or "
@@ -93,6 +96,8 @@ class DebugPPOTrainer(PPOTrainer):
                 train_dataset = []
         super().__init__(config, train_dataset, valid_dataset)
         self._wrap_stats_commit()
+        if self.debug.enabled:
+            self._wrap_prepare_batch()
         if self._replaying:
             self._start_replay()
         elif self._dumping:
@@ -108,6 +113,12 @@ class DebugPPOTrainer(PPOTrainer):
                 "read as 'disk' (replay sends no weights anywhere)."
             )
             config.actor.weight_update_mode = "disk"
+        end = self.debug.replay_end_step
+        if end is not None and (
+            config.total_train_steps is None or config.total_train_steps > end + 1
+        ):
+            logger.info(f"Replay: stopping after step {end} (debug.replay_end_step).")
+            config.total_train_steps = end + 1
 
     def _create_dataloader(self, dataset, dataset_config, rank, world_size):
         if self._replaying and dataset_config is self.config.train_dataset:
@@ -243,14 +254,18 @@ class DebugPPOTrainer(PPOTrainer):
             if recorded is not None:
                 recorded = training_stats(recorded)
             entry = self._verifier.add(global_step, recorded, stats, timings)
+            self._write_report()
             if entry["status"] == "diverged":
                 first = self._verifier.first_divergence()
-                logger.warning(
+                msg = (
                     f"Replay step {global_step} diverged from the recording "
-                    f"(largest: {first['metric']} recorded {first['recorded']!r}, "
-                    f"replayed {first['replayed']!r})."
+                    f"(first divergence: step {first['global_step']}, metric "
+                    f"{first['metric']}, recorded {first['recorded']!r}, replayed "
+                    f"{first['replayed']!r}); report: {self.replay_report_path}"
                 )
-            self._write_report()
+                if self.debug.fail_on_divergence:
+                    raise RecordingError(msg + ". Stopping (debug.fail_on_divergence).")
+                logger.warning(msg)
 
     def _start_step(self) -> int:
         if self.recover_info is not None:
@@ -270,9 +285,11 @@ class DebugPPOTrainer(PPOTrainer):
         self, workflow=None, eval_workflow=None, *args, total_epochs=None, **kwargs
     ):
         start = self._start_step()
+        self._rng_step = start
         if self._replaying:
             assert self._reader is not None
             self._reader.require_steps(range(start, self._end_step(total_epochs)))
+            self._announce_start(start)
             if workflow is None:
                 workflow = _NeverRunWorkflow()
         elif self._dumping:
@@ -289,6 +306,66 @@ class DebugPPOTrainer(PPOTrainer):
             if self._replaying and _is_rank0() and self._verifier is not None:
                 for line in self._verifier.summary_lines():
                     logger.info(line)
+
+    def _announce_start(self, start: int) -> None:
+        target = self.debug.replay_start_step
+        if target is None or target <= start:
+            return
+        logger.info(
+            f"Replay: debug.replay_start_step={target}, but no recover checkpoint of "
+            f"the dump run restores the policy before step {target}; replaying from "
+            f"step {start} to rebuild it (no inference, so cheap). Steps before "
+            f"{target} are compared too."
+        )
+
+    # -- RNG states at the dump point -------------------------------------------------
+    def _wrap_prepare_batch(self) -> None:
+        """Capture (dump) or restore (replay) every rank's RNG states right after
+        the step's batch is ready: the point where rollout ends and training begins."""
+        prepare = self.actor.prepare_batch
+
+        def prepare_and_sync_rng(*args, **kwargs):
+            batch = prepare(*args, **kwargs)
+            step = self._rng_step
+            self._rng_step += 1
+            if self._dumping:
+                self._record_rng(step)
+            elif self.debug.restore_rng:
+                self._restore_rng(step)
+            return batch
+
+        self.actor.prepare_batch = prepare_and_sync_rng
+
+    def _record_rng(self, step: int) -> None:
+        world = dist.get_world_size()
+        gathered: list = [None] * world
+        dist.all_gather_object(
+            gathered, rng_state.capture(), group=self.actor.cpu_group
+        )
+        if _is_rank0() and self._writer is not None:
+            self._writer.submit_rng(step, gathered)
+
+    def _restore_rng(self, step: int) -> None:
+        assert self._reader is not None
+        recorded = self._reader.recorded_rng(step)
+        world = dist.get_world_size()
+        problem = None
+        if recorded is None:
+            problem = "the recording has no RNG states for this step"
+        elif recorded["world_size"] != world:
+            problem = (
+                f"it was recorded by {recorded['world_size']} processes, this replay "
+                f"has {world}"
+            )
+        if problem is not None:
+            if not self._rng_warned:
+                logger.warning(
+                    f"Replay: RNG states not restored at step {step} ({problem}); "
+                    "training-side randomness (dropout) may differ."
+                )
+                self._rng_warned = True
+            return
+        rng_state.restore(recorded["ranks"][dist.get_rank()])
 
     def _finish_recording(self) -> None:
         if self._writer is not None:
