@@ -27,7 +27,7 @@ from areal.utils import logging
 from areal.utils.environ import is_single_controller
 from areal.utils.stats_logger import StatsLogger
 
-from areal_debug import rng_state
+from areal_debug import checkpoints, rng_state
 from areal_debug.config import DebugConfig
 from areal_debug.cpu_server import allow_sglang_client_without_sglang
 from areal_debug.determinism import current_settings, differences, enable_determinism
@@ -77,6 +77,7 @@ class DebugPPOTrainer(PPOTrainer):
         self._eval_skip_logged = False
         self._rng_step = 0
         self._rng_warned = False
+        self._resume_from: int | None = None
         if self.debug.enabled and is_single_controller():
             raise NotImplementedError(
                 "areal-debug records and replays in SPMD mode (AReaL's launchers or "
@@ -113,6 +114,16 @@ class DebugPPOTrainer(PPOTrainer):
                 "read as 'disk' (replay sends no weights anywhere)."
             )
             config.actor.weight_update_mode = "disk"
+        self._resume_from = None
+        target = self.debug.replay_start_step
+        if target is not None:
+            self._resume_from = checkpoints.latest_before(self.debug.path, target)
+        # A replay restores only a checkpoint kept with the recording, never one
+        # of an earlier replay left in its own trial.
+        mode = "on" if self._resume_from is not None else "disabled"
+        if config.recover.mode != mode:
+            logger.info(f"Replay: recover.mode={config.recover.mode} read as {mode!r}.")
+            config.recover.mode = mode
         end = self.debug.replay_end_step
         if end is not None and (
             config.total_train_steps is None or config.total_train_steps > end + 1
@@ -129,6 +140,10 @@ class DebugPPOTrainer(PPOTrainer):
         if self._replaying:
             if is_eval:
                 return None
+            # Runs after the engines exist and before PPOTrainer's RecoverHandler.load.
+            self.actor.update_weights = self._skip_weight_update
+            if self._resume_from is not None:
+                self._install_checkpoint(self._resume_from)
             engine = ReplayEngine(self.train_dataloader)
             engine.initialize()
             return engine
@@ -143,7 +158,6 @@ class DebugPPOTrainer(PPOTrainer):
     def _start_replay(self) -> None:
         reader = self._reader
         assert reader is not None
-        self.actor.update_weights = self._skip_weight_update
         dp_size = self.actor.data_parallel_world_size
         topology = {
             "recorded_heads": reader.num_shards,
@@ -166,6 +180,38 @@ class DebugPPOTrainer(PPOTrainer):
         self._verifier = ReplayVerifier(
             reader.path, self.debug.verify_rtol, self.debug.verify_atol, topology
         )
+
+    def _checkpoint_names(self) -> list[str]:
+        return ["default"] + (["critic"] if self.config.critic is not None else [])
+
+    def _install_checkpoint(self, step: int) -> None:
+        if _is_rank0():
+            checkpoints.install(
+                self.config,
+                self.debug.path,
+                step,
+                self._checkpoint_names(),
+                dist.get_world_size(),
+            )
+        dist.barrier(group=self.actor.cpu_group)
+        logger.info(
+            f"Replay: restoring the dump run's recover checkpoint of step {step} "
+            f"(kept with the recording) to start at step {step + 1}."
+        )
+
+    def _save_recover_checkpoint(self, epoch: int, epoch_step: int, global_step: int):
+        before = self.recover_handler.last_step_info.global_step
+        super()._save_recover_checkpoint(epoch, epoch_step, global_step)
+        saved = self.recover_handler.last_step_info.global_step == global_step != before
+        if self._dumping and saved:
+            # AReaL overwrites its one recover checkpoint at the next save; a
+            # replay of step N needs the one before N, so a copy stays with the
+            # recording.
+            if _is_rank0():
+                checkpoints.keep(
+                    self.config, self.debug.path, global_step, self._checkpoint_names()
+                )
+            dist.barrier(group=self.actor.cpu_group)
 
     def _skip_weight_update(self, meta) -> None:
         # Nothing receives weights in replay; saving them each step would only cost time.
@@ -310,6 +356,11 @@ class DebugPPOTrainer(PPOTrainer):
     def _announce_start(self, start: int) -> None:
         target = self.debug.replay_start_step
         if target is None or target <= start:
+            if target is not None:
+                logger.info(
+                    f"Replay: starting at step {start} "
+                    f"(debug.replay_start_step={target})."
+                )
             return
         logger.info(
             f"Replay: debug.replay_start_step={target}, but no recover checkpoint of "

@@ -95,3 +95,61 @@ def test_fail_on_divergence_stops_with_a_nonzero_exit(dropout_dump):
     assert first is not None
     # It stopped at the first divergent step instead of running all three.
     assert len(report["steps"]) == first["global_step"] + 1
+
+
+@pytest.fixture(scope="module")
+def checkpointed_dump(tmp_path_factory, dropout_dump):
+    """5 steps recorded with an AReaL recover checkpoint saved after every step."""
+    model_dir = dropout_dump[0] / "model"
+    d = tmp_path_factory.mktemp("checkpointed")
+    os.symlink(model_dir, d / "model")
+    os.symlink(dropout_dump[0] / "data.jsonl", d / "data.jsonl")
+    run = run_torchrun(
+        str(d),
+        "dump",
+        1,
+        [
+            *DROPOUT,
+            "total_train_steps=5",
+            "debug.dump_rollout_data=true",
+            "recover.mode=on",
+            "++recover.freq_steps=1",
+        ],
+    )
+    assert run.returncode == 0, run.log[-3000:]
+    return d, run
+
+
+def test_start_step_restores_the_kept_checkpoint_and_replays_bitwise(checkpointed_dump):
+    from support.harness import recording_dir
+
+    from areal_debug import checkpoints
+
+    workdir, dump = checkpointed_dump
+    # Every checkpoint AReaL overwrote is still there, kept with the recording.
+    assert checkpoints.kept_steps(recording_dir(str(workdir))) == [0, 1, 2, 3, 4]
+    run = run_torchrun(
+        str(workdir),
+        "from3",
+        1,
+        [
+            *DROPOUT,
+            "total_train_steps=5",
+            "debug.replay_rollout_data=true",
+            "debug.replay_start_step=3",
+            "debug.replay_trial_name=from3",
+        ],
+    )
+    assert run.returncode == 0, run.log[-3000:]
+    assert "recover checkpoint of step 2 (kept with the recording)" in run.log
+    report = replay_report(str(workdir), trial="from3")
+    assert [e["global_step"] for e in report["steps"]] == [3, 4]
+    assert report["summary"]["all_identical"] is True
+    # And it is the dump's step 3, not a fresh start: grad norms match the recording.
+    recorded = dump.stats_by_step()
+    for entry in report["steps"]:
+        m = entry["metrics"]["ppo_actor/update/grad_norm"]
+        assert (
+            m["replayed"]
+            == recorded[entry["global_step"]]["ppo_actor/update/grad_norm"]
+        )
