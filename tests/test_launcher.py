@@ -232,38 +232,34 @@ class RecordingLauncher:
         pass
 
 
-def dry_run(kind, tmp_path, *overrides):
+def dry_run(kind, tmp_path, monkeypatch, *overrides):
+    """areal_debug.launcher.<kind>.main with AReaL's launcher class recording instead."""
     import importlib
 
-    from areal_debug.launcher.common import run_areal_launcher, with_extra_env
+    from areal_debug.launcher.common import plan_launch
 
+    ours = importlib.import_module(f"areal_debug.launcher.{kind}")
     areal_module = importlib.import_module(f"areal.infra.launcher.{kind}")
-    (tmp_path / "name_resolve").mkdir(exist_ok=True)
-    plan = plan_launch(
-        argv(f"cluster.fileroot={tmp_path}", *overrides), resize_cluster=True
-    )
-    RecordingLauncher.submitted = []
     attr = {"ray": "RayLauncher", "slurm": "SlurmLauncher"}[kind]
-    try:
-        run_areal_launcher(
-            plan,
-            getattr(areal_module, f"{kind}_main"),
-            attr,
-            with_extra_env(RecordingLauncher, plan.extra_env),
-        )
-    finally:
-        if kind == "ray":
-            areal_module.RAY_LAUNCHER = None
-    return plan, RecordingLauncher.submitted
+    monkeypatch.setattr(areal_module, attr, RecordingLauncher)
+    if kind == "ray":
+        monkeypatch.setattr(ours, "_init_ray", lambda: None)
+        monkeypatch.setattr(areal_module, "RAY_LAUNCHER", None)
+    (tmp_path / "name_resolve").mkdir(exist_ok=True)
+    args = argv(f"cluster.fileroot={tmp_path}", *overrides)
+    RecordingLauncher.submitted = []
+    assert ours.main(args) == 0
+    return plan_launch(args, resize_cluster=True), RecordingLauncher.submitted
 
 
 @pytest.mark.parametrize("kind", ["ray", "slurm"])
 def test_distributed_replay_submits_only_the_trainer_on_the_training_nodes(
-    kind, tmp_path
+    kind, tmp_path, monkeypatch
 ):
     plan, jobs = dry_run(
         kind,
         tmp_path,
+        monkeypatch,
         "debug.replay_rollout_data=true",
         "allocation_mode=sglang:d8+fsdp:d16",
         "cluster.n_nodes=3",
@@ -284,16 +280,25 @@ def test_distributed_replay_submits_only_the_trainer_on_the_training_nodes(
         assert env["AREAL_LLM_SERVER_ADDRS"] == ""
 
 
-def test_distributed_replay_on_part_of_a_node(tmp_path):
+def test_distributed_replay_on_part_of_a_node(tmp_path, monkeypatch):
     plan, jobs = dry_run(
         "ray",
         tmp_path,
+        monkeypatch,
         "debug.replay_rollout_data=true",
         "allocation_mode=sglang:d4+fsdp:d4",
         "cluster.n_gpus_per_node=8",
     )
     assert (plan.config.cluster.n_nodes, plan.config.cluster.n_gpus_per_node) == (1, 4)
     assert [j["job_name"] for j in jobs] == ["trainer"] and jobs[0]["count"] == 4
+
+
+def test_distributed_server_only_allocation_exits_2(capsys):
+    from areal_debug.launcher import slurm
+
+    args = argv("debug.replay_rollout_data=true", "allocation_mode=sglang:d8")
+    assert slurm.main(args) == 2
+    assert "has no training part" in capsys.readouterr().err
 
 
 def test_distributed_training_part_must_fill_whole_nodes():

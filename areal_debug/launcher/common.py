@@ -169,3 +169,25 @@ def with_extra_env(launcher_cls, extra_env: dict[str, str]):
 
     WithEnv.__name__ = WithEnv.__qualname__ = f"{launcher_cls.__name__}WithEnv"
     return WithEnv
+
+
+def distributed_main(
+    kind: str, launcher_attr: str, argv: list[str] | None, init=None
+) -> int:
+    """Entry point of the Ray and Slurm wrappers: plan, then AReaL's ``<kind>_main``."""
+    import importlib
+
+    areal_module = importlib.import_module(f"areal.infra.launcher.{kind}")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        plan = plan_launch(argv, resize_cluster=True)
+    except AllocationError as e:
+        print(f"areal_debug.launcher.{kind}: {e}", file=sys.stderr)
+        return 2
+    if init is not None:
+        init()
+    launcher_cls = with_extra_env(getattr(areal_module, launcher_attr), plan.extra_env)
+    run_areal_launcher(
+        plan, getattr(areal_module, f"{kind}_main"), launcher_attr, launcher_cls
+    )
+    return 0

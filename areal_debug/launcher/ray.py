@@ -15,25 +15,17 @@ from __future__ import annotations
 
 import sys
 
-from areal_debug.launcher.allocation import AllocationError
-from areal_debug.launcher.common import plan_launch, run_areal_launcher, with_extra_env
+from areal_debug.launcher.common import distributed_main
 
 
-def main(argv: list[str] | None = None) -> int:
-    from areal.infra.launcher import ray as areal_ray
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        plan = plan_launch(argv, resize_cluster=True)
-    except AllocationError as e:
-        print(f"areal_debug.launcher.ray: {e}", file=sys.stderr)
-        return 2
+def _init_ray() -> None:
     import ray
 
     ray.init()
-    launcher_cls = with_extra_env(areal_ray.RayLauncher, plan.extra_env)
-    run_areal_launcher(plan, areal_ray.ray_main, "RayLauncher", launcher_cls)
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return distributed_main("ray", "RayLauncher", argv, init=_init_ray)
 
 
 if __name__ == "__main__":

@@ -14,22 +14,11 @@ from __future__ import annotations
 
 import sys
 
-from areal_debug.launcher.allocation import AllocationError
-from areal_debug.launcher.common import plan_launch, run_areal_launcher, with_extra_env
+from areal_debug.launcher.common import distributed_main
 
 
 def main(argv: list[str] | None = None) -> int:
-    from areal.infra.launcher import slurm as areal_slurm
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        plan = plan_launch(argv, resize_cluster=True)
-    except AllocationError as e:
-        print(f"areal_debug.launcher.slurm: {e}", file=sys.stderr)
-        return 2
-    launcher_cls = with_extra_env(areal_slurm.SlurmLauncher, plan.extra_env)
-    run_areal_launcher(plan, areal_slurm.slurm_main, "SlurmLauncher", launcher_cls)
-    return 0
+    return distributed_main("slurm", "SlurmLauncher", argv)
 
 
 if __name__ == "__main__":
