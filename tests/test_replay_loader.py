@@ -101,3 +101,25 @@ def test_recording_engine_passes_batches_through_and_delegates():
     out = wrapped.prepare_batch(7, workflow=None)
     assert seen == [out] and torch.equal(ids(out), traj(7)["input_ids"])
     assert wrapped.get_version() == 3
+
+
+def test_replay_skips_evaluation_with_one_log_line():
+    import logging
+
+    from areal_debug import trainer as trainer_module
+    from areal_debug.trainer import DebugPPOTrainer
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    trainer_module.logger.addHandler(handler)
+    try:
+        # Only the state _evaluate reads: no engines are needed to test the skip.
+        t = DebugPPOTrainer.__new__(DebugPPOTrainer)
+        t._replaying, t._eval_skip_logged = True, False
+        for step in range(3):
+            assert t._evaluate(object(), None, 0, step, step) is None
+    finally:
+        trainer_module.logger.removeHandler(handler)
+    skipped = [r for r in records if "evaluation rollouts skipped" in r.getMessage()]
+    assert len(skipped) == 1

@@ -300,3 +300,31 @@ def test_policy_version_ignores_prompt_and_padding():
         [[0, 0, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1]], dtype=torch.int32
     )
     assert describe_batch([t])["policy_version"] == [4, 5]
+
+
+def test_queued_steps_are_written_when_the_process_exits_without_close(tmp_path):
+    import subprocess
+    import sys
+
+    script = f"""
+import torch
+from areal_debug.store_writer import RecordingWriter, write_manifest
+from test_store import manifest, traj
+write_manifest({str(tmp_path)!r}, manifest())
+w = RecordingWriter({str(tmp_path)!r}, shard=0, num_shards=1, steps_per_epoch=10,
+                    max_pending=8)
+for step in range(5):
+    w.submit_batch(step, [traj(step, length=4096)])
+# no flush, no close: the interpreter exits with steps still queued
+"""
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    subprocess.run(
+        [sys.executable, "-c", script],
+        check=True,
+        cwd=tests_dir,
+        env={**os.environ, "PYTHONPATH": tests_dir},
+        timeout=120,
+    )
+    reader = RecordingReader(str(tmp_path))
+    assert reader.available_steps() == [0, 1, 2, 3, 4]
+    assert_batches_equal([traj(4, length=4096)], reader.load_shard(4, 0))
