@@ -112,58 +112,41 @@ class RecordingReader:
             self._step_meta[step] = read_json(p, "step metadata")
         return self._step_meta[step]
 
+    def _stats_file(self, step: int) -> dict[str, Any] | None:
+        """The step's stats.json (statistics, timings, RNG checksum), None if absent."""
+        p = os.path.join(self.path, step_dirname(step), STATS)
+        return read_json(p, "recorded statistics") if os.path.exists(p) else None
+
     def recorded_stats(self, step: int) -> dict[str, float] | None:
         """The statistics the dump run committed for ``step`` (None if not recorded)."""
-        p = os.path.join(self.path, step_dirname(step), STATS)
-        if not os.path.exists(p):
-            return None
-        return read_json(p, "recorded statistics")["stats"]
+        stats = self._stats_file(step)
+        return None if stats is None else stats["stats"]
 
     def recorded_timings(self, step: int) -> dict[str, float]:
         """Wall-clock phase timings of the dump run's ``step`` (seconds)."""
-        p = os.path.join(self.path, step_dirname(step), STATS)
-        if not os.path.exists(p):
-            return {}
-        return read_json(p, "recorded statistics").get("timings", {})
+        return (self._stats_file(step) or {}).get("timings", {})
 
     def recorded_rng(self, step: int) -> dict[str, Any] | None:
         """Every rank's RNG states at the step's dump point (None if not recorded)."""
         path = os.path.join(self.path, step_dirname(step), RNG)
         if not os.path.exists(path):
             return None
-        with open(path, "rb") as f:
-            data = f.read()
-        stats_path = os.path.join(self.path, step_dirname(step), STATS)
-        expected = None
-        if os.path.exists(stats_path):
-            expected = read_json(stats_path, "recorded statistics").get("rng_sha256")
-        if expected is not None and sha256_bytes(data) != expected:
-            raise RecordingError(
-                f"Checksum mismatch in {path}: expected sha256 {expected}, got "
-                f"{sha256_bytes(data)}. Restore the file or replay with "
-                "debug.restore_rng=false."
-            )
+        expected = (self._stats_file(step) or {}).get("rng_sha256")
+        data = _read_checked(
+            path, expected, "Restore the file or replay with debug.restore_rng=false."
+        )
         return load_payload_bytes(data, path)
 
     # -- payloads ----------------------------------------------------------------
     def load_shard(self, step: int, shard: int) -> list[dict[str, Any]]:
         entry = self.step_meta(step)["shards"][shard]
         payload = os.path.join(self.path, step_dirname(step), entry["file"])
-        try:
-            with open(payload, "rb") as f:
-                data = f.read()
-        except OSError as e:
-            raise RecordingError(
-                f"Cannot read payload {payload}: {e}. The step is listed as complete, "
-                "so the file was removed or damaged after recording."
-            ) from e
-        actual = sha256_bytes(data)
-        if actual != entry["sha256"]:
-            raise RecordingError(
-                f"Checksum mismatch in {payload}: expected sha256 {entry['sha256']}, "
-                f"got {actual}. The file changed after it was recorded (disk error, "
-                "partial copy, manual edit); restore it from a copy or re-record."
-            )
+        data = _read_checked(
+            payload,
+            entry["sha256"],
+            "The file changed after it was recorded (disk error, partial copy, "
+            "manual edit); restore it from a copy or re-record.",
+        )
         return load_payload_bytes(data, payload)
 
     def load_for_head(
@@ -181,6 +164,26 @@ class RecordingReader:
         for shard in range(self.num_shards):
             whole.extend(self.load_shard(step, shard))
         return reshard(whole, dp_rank, dp_size, step=step, num_shards=self.num_shards)
+
+
+def _read_checked(path: str, expected_sha256: str | None, fix: str) -> bytes:
+    """The file's bytes, after checking them against their recorded sha256."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise RecordingError(
+            f"Cannot read {path}: {e}. The step is listed as complete, so the file "
+            "was removed or damaged after recording."
+        ) from e
+    if expected_sha256 is not None:
+        actual = sha256_bytes(data)
+        if actual != expected_sha256:
+            raise RecordingError(
+                f"Checksum mismatch in {path}: expected sha256 {expected_sha256}, "
+                f"got {actual}. {fix}"
+            )
+    return data
 
 
 def reshard(

@@ -77,6 +77,15 @@ def snapshot_batch(
     return [snapshot_value(traj, clone_tensors, (i,)) for i, traj in enumerate(batch)]
 
 
+def save_payload(path: str, obj: Any) -> tuple[int, str]:
+    """torch.save ``obj`` to ``path`` atomically; return its size and sha256."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    data = buf.getbuffer()
+    atomic_write_bytes(path, data)
+    return len(data), sha256_bytes(data)
+
+
 def epoch_of(global_step: int, steps_per_epoch: int) -> tuple[int, int]:
     return global_step // steps_per_epoch, global_step % steps_per_epoch
 
@@ -201,23 +210,22 @@ class RecordingWriter:
         return os.path.join(self.path, step_dirname(step))
 
     def _write_shard(self, step: int, batch: list[dict[str, Any]]) -> None:
-        buf = io.BytesIO()
-        torch.save(batch, buf)
-        data = buf.getbuffer()
         step_dir = self._step_dir(step)
-        atomic_write_bytes(os.path.join(step_dir, shard_payload_name(self.shard)), data)
+        nbytes, sha = save_payload(
+            os.path.join(step_dir, shard_payload_name(self.shard)), batch
+        )
         meta = {
             "shard": self.shard,
             "file": shard_payload_name(self.shard),
-            "bytes": len(data),
-            "sha256": sha256_bytes(data),
+            "bytes": nbytes,
+            "sha256": sha,
             **describe_batch(batch),
         }
         atomic_write_json(os.path.join(step_dir, shard_meta_name(self.shard)), meta)
         logger.info(
             f"Recorded step {step} shard {self.shard + 1}/{self.num_shards}: "
             f"{meta['num_trajectories']} trajectories, {meta['num_tokens']} tokens, "
-            f"{len(data) / 2**20:.2f} MiB"
+            f"{nbytes / 2**20:.2f} MiB"
         )
         self._maybe_finish_step(step)
 
@@ -253,12 +261,9 @@ class RecordingWriter:
         atomic_write_json(os.path.join(step_dir, STEP_META), step_meta)
 
     def _write_rng(self, step: int, payload: dict) -> None:
-        buf = io.BytesIO()
-        torch.save(payload, buf)
-        data = buf.getbuffer()
-        atomic_write_bytes(os.path.join(self._step_dir(step), RNG), data)
+        _, sha = save_payload(os.path.join(self._step_dir(step), RNG), payload)
         # stats.json, written after this by the same thread, carries the checksum.
-        self._rng_sha256[step] = sha256_bytes(data)
+        self._rng_sha256[step] = sha
 
     def _write_stats(self, step: int, payload: dict) -> None:
         rng_sha = self._rng_sha256.pop(step, None)
