@@ -209,25 +209,36 @@ def _append_debug_overrides(argv: list[str]) -> list[str]:
     return ["++" + a if a.startswith("debug.") and "=" in a else a for a in argv]
 
 
-def load_expr_config(argv: list[str], config_cls=DebugPPOConfig):
-    """AReaL's ``load_expr_config`` that also takes ``debug.*`` overrides when the
-    YAML has no ``debug:`` section.
+def compose_with_debug_overrides(compose, argv: list[str]):
+    """``(compose(argv), argv)``, retrying ``debug.*`` overrides as hydra's ``++``.
 
     Hydra composes overrides against the YAML alone, so ``debug.x=...`` fails
     ("not in struct") unless the file declares the key. Retrying the debug
-    overrides as hydra's add-or-override (``++``) lets users set any debug key
-    on any existing YAML, with or without a (partial) ``debug:`` section.
+    overrides as add-or-override lets users set any debug key on any existing
+    YAML, with or without a (partial) ``debug:`` section. The argv returned is
+    the form that composed, so processes started later can be given the same.
+    If the retry fails too, the original error is raised.
     """
-    from areal.api.cli_args import load_expr_config as areal_load_expr_config
     from hydra.errors import ConfigCompositionException
 
     try:
-        return areal_load_expr_config(argv, config_cls)
+        return compose(argv), argv
     except ConfigCompositionException as first:
         appended = _append_debug_overrides(argv)
         if appended == argv:
             raise
         try:
-            return areal_load_expr_config(appended, config_cls)
+            return compose(appended), appended
         except ConfigCompositionException:
             raise first from None
+
+
+def load_expr_config(argv: list[str], config_cls=DebugPPOConfig):
+    """AReaL's ``load_expr_config`` that also takes ``debug.*`` overrides when the
+    YAML has no (or a partial) ``debug:`` section."""
+    from areal.api.cli_args import load_expr_config as areal_load_expr_config
+
+    result, _ = compose_with_debug_overrides(
+        lambda args: areal_load_expr_config(args, config_cls), argv
+    )
+    return result

@@ -13,7 +13,7 @@ from areal.infra.launcher import local as areal_local
 from areal.utils import logging
 from omegaconf import DictConfig, OmegaConf
 
-from areal_debug.config import REPLAY_TRIAL_SUFFIX, _append_debug_overrides
+from areal_debug.config import REPLAY_TRIAL_SUFFIX, compose_with_debug_overrides
 from areal_debug.determinism import DETERMINISM_ENV
 from areal_debug.launcher.allocation import AllocationError, training_allocation
 
@@ -23,30 +23,19 @@ logger = logging.getLogger("DebugLauncher")
 @dataclass
 class LaunchPlan:
     config: DictConfig
-    argv: list[
-        str
-    ]  # the arguments after the launcher module: script, --config, overrides
+    # The arguments after the launcher module: script, --config, overrides.
+    argv: list[str]
     replay: bool
     extra_env: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 
 def parse_config(argv: list[str]) -> tuple[DictConfig, list[str]]:
-    """Compose the YAML with the overrides, as AReaL's launcher does.
-
-    ``debug.*`` overrides of keys the YAML lacks are retried as hydra's
-    add-or-override (``++debug.k=v``); the returned argv is the form that
-    composed, so the trainer processes get the same.
-    """
-    from hydra.errors import ConfigCompositionException
-
-    try:
-        return areal_local.parse_cli_args(argv)[0], argv
-    except ConfigCompositionException:
-        appended = _append_debug_overrides(argv)
-        if appended == argv:
-            raise
-        return areal_local.parse_cli_args(appended)[0], appended
+    """Compose the YAML with the overrides, as AReaL's launcher does (raw config),
+    accepting ``debug.*`` overrides the YAML lacks; returns the argv that composed."""
+    return compose_with_debug_overrides(
+        lambda args: areal_local.parse_cli_args(args)[0], argv
+    )
 
 
 def _select(cfg: DictConfig, key: str, default=None):
