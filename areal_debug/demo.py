@@ -123,17 +123,22 @@ def trainer_command(mode: str, nproc: int) -> list[str]:
     ]
 
 
-def run_trainer(
-    workdir: Path, name: str, nproc: int, overrides: list[str], env: dict, steps: int
-) -> None:
-    """Run the example in mode ``name``, log to DIR/<name>.log, show step progress."""
-    cmd = [
-        *trainer_command(name, nproc),
+def mode_command(mode: str, nproc: int, steps: int) -> list[str]:
+    """The full command line of the example in ``mode`` ("dump" or "replay")."""
+    return [
+        *trainer_command(mode, nproc),
         str(SCRIPT),
         "--config",
         str(CONFIG),
-        *overrides,
+        *common_overrides(nproc, steps),
+        f"debug.{mode}_rollout_data=true",
     ]
+
+
+def run_trainer(
+    workdir: Path, name: str, cmd: list[str], env: dict, steps: int
+) -> None:
+    """Run ``cmd``, log to DIR/<name>.log, show step progress."""
     log_path = workdir / f"{name}.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
@@ -161,23 +166,15 @@ def run_trainer(
 
 
 def run_mode(wd: Path, mode: str, nproc: int, steps: int, env: dict) -> float:
-    """Run the example in ``mode`` ("dump" or "replay"); return its wall time."""
+    """Run the example in ``mode``; return its wall time."""
     t0 = time.monotonic()
-    overrides = [*common_overrides(nproc, steps), f"debug.{mode}_rollout_data=true"]
-    run_trainer(wd, mode, nproc, overrides, env, steps)
+    run_trainer(wd, mode, mode_command(mode, nproc, steps), env, steps)
     return time.monotonic() - t0
 
 
 def replay_command(workdir: Path, nproc: int, steps: int) -> str:
     env = f"AREAL_DEBUG_WORKDIR={shlex.quote(str(workdir))} OMP_NUM_THREADS=1"
-    args = [
-        *trainer_command("replay", nproc),
-        str(SCRIPT),
-        "--config",
-        str(CONFIG),
-        *common_overrides(nproc, steps),
-        "debug.replay_rollout_data=true",
-    ]
+    args = mode_command("replay", nproc, steps)
     return f"{env} {' '.join(shlex.quote(a) for a in args)}"
 
 
