@@ -114,7 +114,6 @@ class DebugPPOTrainer(PPOTrainer):
                 "read as 'disk' (replay sends no weights anywhere)."
             )
             config.actor.weight_update_mode = "disk"
-        self._resume_from = None
         target = self.debug.replay_start_step
         if target is not None:
             self._resume_from = checkpoints.latest_before(self.debug.path, target)
