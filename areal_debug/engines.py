@@ -62,13 +62,22 @@ class ReplayEngine:
     is accepted and never run.
     """
 
-    def __init__(self, loader: ReplayDataLoader):
+    def __init__(
+        self,
+        loader: ReplayDataLoader,
+        transform: Callable[[Batch], Batch] | None = None,
+    ):
         self.loader = loader
+        # How a recorded batch is presented (single-controller: as RTensors).
+        self._transform = transform
         self._batches: Iterator[Batch] | None = None
         self._version = 0
         # PPOTrainer syncs the staleness manager after a recover; there is none.
         self.workflow_executor = SimpleNamespace(staleness_manager=None)
         self.staleness_manager = None
+        # Single-controller train workers are given a callback address for
+        # weight updates; replay skips those, so nothing ever calls it.
+        self.callback_addr = "areal-debug-replay-has-no-inference-engine:0"
 
     # -- batches -----------------------------------------------------------------
     def prepare_batch(self, dataloader: Any = None, *args, **kwargs) -> Batch:
@@ -80,7 +89,8 @@ class ReplayEngine:
             )
         if self._batches is None:
             self._batches = self._cycle()
-        return next(self._batches)
+        batch = next(self._batches)
+        return self._transform(batch) if self._transform is not None else batch
 
     def rollout_batch(self, data: Any = None, *args, **kwargs) -> Batch:
         # The recorded batch stands for whatever data the script passes.

@@ -15,12 +15,14 @@ import datetime
 import json
 import os
 import platform
+from copy import deepcopy
 from importlib.metadata import version as pkg_version
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from areal.api import RolloutWorkflow
+from areal.engine import RemoteSGLangEngine, RemotevLLMEngine
 from areal.infra import current_platform
 from areal.trainer.rl_trainer import PPOTrainer
 from areal.utils import logging
@@ -33,12 +35,20 @@ from areal_debug.cpu_server import allow_sglang_client_without_sglang
 from areal_debug.determinism import current_settings, differences, enable_determinism
 from areal_debug.engines import RecordingEngine, ReplayEngine
 from areal_debug.replay_loader import ReplayDataLoader
+from areal_debug.single_controller import (
+    WorkerReaper,
+    as_inline_rtensors,
+    record_controller_batches,
+    server_infos_from_env,
+    without_inline_rtensors,
+)
 from areal_debug.store_format import FORMAT_VERSION, RecordingError, atomic_write_json
 from areal_debug.store_reader import RecordingReader
 from areal_debug.store_writer import RecordingWriter, supersede_steps, write_manifest
 from areal_debug.verify import (
     REPORT_NAME,
     ReplayVerifier,
+    describe_topology_change,
     inference_stats,
     timing_stats,
     training_stats,
@@ -78,14 +88,10 @@ class DebugPPOTrainer(PPOTrainer):
         self._rng_step = 0
         self._rng_warned = False
         self._resume_from: int | None = None
-        if self.debug.enabled and is_single_controller():
-            raise NotImplementedError(
-                "areal-debug records and replays in SPMD mode (AReaL's launchers or "
-                "torchrun); single-controller mode (scheduler.type=local) is not "
-                "supported yet. Start the run through AReaL's SPMD launcher "
-                "(python -m areal.infra.launcher.local ...) or torchrun with "
-                "AREAL_SPMD_MODE=1, or turn debug off."
-            )
+        self._single_controller = is_single_controller()
+        self._reaper: WorkerReaper | None = None
+        if self.debug.enabled and self._single_controller:
+            self._reaper = WorkerReaper()
         if self.debug.deterministic:
             enable_determinism()
         if self._replaying:
@@ -95,7 +101,12 @@ class DebugPPOTrainer(PPOTrainer):
             if train_dataset is None:
                 # PPOTrainer insists on a dataset; replay never reads one.
                 train_dataset = []
-        super().__init__(config, train_dataset, valid_dataset)
+        try:
+            super().__init__(config, train_dataset, valid_dataset)
+        except BaseException:
+            # No close() follows a failed __init__: end the workers started so far.
+            self._reap_workers()
+            raise
         self._wrap_stats_commit()
         if self.debug.enabled:
             self._wrap_prepare_batch()
@@ -103,6 +114,12 @@ class DebugPPOTrainer(PPOTrainer):
             self._start_replay()
         elif self._dumping:
             self._start_dump()
+
+    def _init_scheduler(self):
+        scheduler = super()._init_scheduler()
+        if self._reaper is not None:
+            self._reaper.watch(scheduler)
+        return scheduler
 
     # -- replay --------------------------------------------------------------------
     def _prepare_replay_config(self, config) -> None:
@@ -143,31 +160,64 @@ class DebugPPOTrainer(PPOTrainer):
             self.actor.update_weights = self._skip_weight_update
             if self._resume_from is not None:
                 self._install_checkpoint(self._resume_from)
-            engine = ReplayEngine(self.train_dataloader)
+            if self._single_controller:
+                engine = ReplayEngine(self.train_dataloader, as_inline_rtensors)
+                self._clear_only_stored_batches()
+            else:
+                engine = ReplayEngine(self.train_dataloader)
             engine.initialize()
             return engine
         allow_sglang_client_without_sglang()
-        engine = super()._init_rollout(
-            rollout_config, is_eval=is_eval, lora_path=lora_path
-        )
+        if self._single_controller and not is_eval:
+            engine = self._attach_rollout_controller(rollout_config)
+        else:
+            engine = None
+        if engine is None:
+            engine = super()._init_rollout(
+                rollout_config, is_eval=is_eval, lora_path=lora_path
+            )
         if self._dumping and not is_eval:
+            if self._single_controller:
+                record_controller_batches(engine, self._record_batch)
+                return engine
             return RecordingEngine(engine, self._record_batch)
         return engine
+
+    def _attach_rollout_controller(self, rollout_config):
+        """Single-controller mode with ``AREAL_LLM_SERVER_ADDRS`` set: AReaL's
+        rollout controller and workers attach to those running servers (as AReaL's
+        own eval rollout does) instead of launching SGLang/vLLM. ``None`` otherwise."""
+        dp_size = self.rollout_alloc.parallel.dp_size
+        if self.debug.enabled:
+            infos = server_infos_from_env(dp_size)
+        else:
+            infos = None
+        if infos is None:
+            return None
+        if rollout_config._version == "v2":
+            raise ValueError(
+                "Attaching to running inference servers (AREAL_LLM_SERVER_ADDRS) "
+                "works with AReaL's rollout controller v1, not rollout._version=v2."
+            )
+        backend = self.rollout_alloc.backend
+        engines = {"sglang": RemoteSGLangEngine, "vllm": RemotevLLMEngine}
+        if backend not in engines:
+            raise ValueError(
+                f"Invalid rollout backend {backend!r}, expected one of {sorted(engines)}."
+            )
+        config = deepcopy(rollout_config)
+        controller = engines[backend].as_controller(config, self.scheduler)
+        addrs = ", ".join(f"{i.host}:{i.port}" for i in infos)
+        logger.info(f"Rollout workers attach to running inference servers: {addrs}")
+        controller.initialize(role="rollout", server_infos=infos)
+        return controller
 
     def _start_replay(self) -> None:
         reader = self._reader
         assert reader is not None
-        dp_size = self.actor.data_parallel_world_size
-        topology = {
-            "recorded_heads": reader.num_shards,
-            "replay_heads": dp_size,
-            "changed": reader.num_shards != dp_size,
-        }
+        topology = self._topology(reader)
         if topology["changed"]:
-            logger.warning(
-                f"Replaying a recording of {reader.num_shards} data-parallel heads on "
-                f"{dp_size}: each step's batch is re-split, so statistics may differ."
-            )
+            logger.warning(describe_topology_change(topology))
         changed = differences(
             reader.manifest.get("determinism", {}), current_settings()
         )
@@ -179,6 +229,27 @@ class DebugPPOTrainer(PPOTrainer):
         self._verifier = ReplayVerifier(
             reader.path, self.debug.verify_rtol, self.debug.verify_atol, topology
         )
+
+    def _topology(self, reader: RecordingReader) -> dict[str, Any]:
+        """The dump run's layout against this replay's: mode, heads, train DP size."""
+        layout = reader.manifest.get("layout", {})
+        recorded_mode = layout.get("mode", "spmd")
+        recorded_dp = layout.get("train_dp_size", reader.num_shards)
+        replay = self._layout()
+        topology = {
+            "recorded_mode": recorded_mode,
+            "replay_mode": replay["mode"],
+            "recorded_heads": reader.num_shards,
+            "replay_heads": replay["num_shards"],
+            "recorded_train_dp": recorded_dp,
+            "replay_train_dp": replay["train_dp_size"],
+        }
+        topology["changed"] = (
+            recorded_mode != replay["mode"]
+            or reader.num_shards != replay["num_shards"]
+            or recorded_dp != replay["train_dp_size"]
+        )
+        return topology
 
     def _checkpoint_names(self) -> list[str]:
         return ["default"] + (["critic"] if self.config.critic is not None else [])
@@ -212,6 +283,14 @@ class DebugPPOTrainer(PPOTrainer):
                 )
             dist.barrier(group=self.actor.cpu_group)
 
+    def _clear_only_stored_batches(self) -> None:
+        clear = self.actor.clear_batches
+
+        def clear_stored(*targets):
+            return clear(*(without_inline_rtensors(t) for t in targets))
+
+        self.actor.clear_batches = clear_stored
+
     def _skip_weight_update(self, meta) -> None:
         # Nothing receives weights in replay; saving them each step would only cost time.
         pass
@@ -237,8 +316,25 @@ class DebugPPOTrainer(PPOTrainer):
             write_manifest(self.debug.path, self._manifest())
         logger.info(f"Recording rollout batches to {self.debug.path}")
 
+    def _layout(self) -> dict[str, Any]:
+        """How this run's batches are produced: one shard per DP head (SPMD) or
+        one per step on the controller (single-controller)."""
+        train_dp = self.actor_alloc.parallel.dp_size
+        if self._single_controller:
+            return {
+                "mode": "single-controller",
+                "world_size": self.actor_alloc.parallel.world_size,
+                "num_shards": 1,
+                "train_dp_size": train_dp,
+            }
+        return {
+            "mode": "spmd",
+            "world_size": dist.get_world_size() if dist.is_initialized() else 1,
+            "num_shards": self.actor.data_parallel_world_size,
+            "train_dp_size": train_dp,
+        }
+
     def _manifest(self) -> dict[str, Any]:
-        world = dist.get_world_size() if dist.is_initialized() else 1
         return {
             "format_version": FORMAT_VERSION,
             "areal_debug_version": pkg_version("areal-debug"),
@@ -249,9 +345,7 @@ class DebugPPOTrainer(PPOTrainer):
             "experiment_name": self.config.experiment_name,
             "trial_name": self.config.trial_name,
             "layout": {
-                "mode": "spmd",
-                "world_size": world,
-                "num_shards": self.actor.data_parallel_world_size,
+                **self._layout(),
                 "steps_per_epoch": len(self.train_dataloader),
                 "actor_backend": self.config.actor.backend,
                 "rollout_backend": self.config.rollout.backend,
@@ -270,7 +364,8 @@ class DebugPPOTrainer(PPOTrainer):
                 num_shards=self.actor.data_parallel_world_size,
                 steps_per_epoch=len(self.train_dataloader),
                 max_pending=self.debug.max_pending_steps,
-                clone_tensors=_trains_on_cpu(),
+                # Single-controller batches arrive as fresh fetched copies.
+                clone_tensors=_trains_on_cpu() and not self._single_controller,
             )
         step = self._next_record_step
         self._next_record_step += 1
@@ -378,13 +473,28 @@ class DebugPPOTrainer(PPOTrainer):
             batch = prepare(*args, **kwargs)
             step = self._rng_step
             self._rng_step += 1
-            if self._dumping:
+            if self._single_controller:
+                self._note_no_rng_in_single_controller()
+            elif self._dumping:
                 self._record_rng(step)
             elif self.debug.restore_rng:
                 self._restore_rng(step)
             return batch
 
         self.actor.prepare_batch = prepare_and_sync_rng
+
+    def _note_no_rng_in_single_controller(self) -> None:
+        # The training randomness lives in the RPC workers, out of the
+        # controller's reach; their seeding and call sequence are the same in
+        # dump and replay, so a same-mode replay needs no restore.
+        if self._rng_warned:
+            return
+        self._rng_warned = True
+        if self._replaying and self.debug.restore_rng:
+            logger.info(
+                "Replay: RNG states are not restored in single-controller mode "
+                "(the train workers seed themselves as in the dump run)."
+            )
 
     def _record_rng(self, step: int) -> None:
         world = dist.get_world_size()
@@ -435,4 +545,12 @@ class DebugPPOTrainer(PPOTrainer):
             if self._writer is not None:
                 self._writer.close()
         finally:
-            super().close()
+            try:
+                super().close()
+            finally:
+                self._reap_workers()
+
+    def _reap_workers(self) -> None:
+        if self._reaper is not None:
+            self._reaper.watch(getattr(self, "scheduler", None))
+            self._reaper.reap()

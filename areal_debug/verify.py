@@ -167,12 +167,7 @@ class ReplayVerifier:
             )
         first = self.first_divergence()
         if self.topology.get("changed"):
-            lines.append(
-                "Topology changed: recorded with {recorded_heads} data-parallel heads, "
-                "replayed with {replay_heads}; differences are expected.".format(
-                    **self.topology
-                )
-            )
+            lines.append(describe_topology_change(self.topology))
         if first is None:
             lines.append(
                 f"No divergence: {len(self.steps)} replayed steps match the recording."
@@ -184,3 +179,14 @@ class ReplayVerifier:
                 f"(rel diff {first['rel_diff']:.3g}; {first['num_diverged_metrics']} metrics diverged at that step)."
             )
         return lines
+
+
+def describe_topology_change(topology: dict) -> str:
+    """One line saying how the replay's layout differs from the dump run's."""
+    return (
+        "Topology changed: recorded in {recorded_mode} mode ({recorded_heads} "
+        "shard(s) per step, training data-parallel size {recorded_train_dp}), "
+        "replayed in {replay_mode} mode ({replay_heads} shard(s), data-parallel "
+        "size {replay_train_dp}); each step's batch is re-split, so statistics "
+        "may differ from the recording."
+    ).format(**topology)

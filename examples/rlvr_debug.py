@@ -9,14 +9,13 @@ Record (CPU server from `python -m areal_debug.cpu_server` running):
 Replay (no server):
     AREAL_SPMD_MODE=1 torchrun --nproc-per-node 1 examples/rlvr_debug.py \\
       --config configs/tiny_cpu.yaml debug.replay_rollout_data=true
+Single-controller mode (scheduler.type: local): see configs/tiny_cpu_sc.yaml.
 """
 
 import sys
 
-from areal.workflow.rlvr import RLVRWorkflow
-
 from areal_debug import DebugPPOConfig, DebugPPOTrainer, load_expr_config
-from areal_debug.tiny_task import arithmetic_reward, build_tiny_model, load_dataset
+from areal_debug.tiny_task import build_tiny_model, load_dataset
 
 
 def main(args):
@@ -26,15 +25,21 @@ def main(args):
     build_tiny_model(config.actor.path)
     # Replay never reads the dataset.
     train_dataset = (
-        None if config.debug.replay_rollout_data else load_dataset(config.train_dataset.path)
+        None
+        if config.debug.replay_rollout_data
+        else load_dataset(config.train_dataset.path)
     )
-    workflow = RLVRWorkflow(
-        reward_fn=arithmetic_reward,
+    # Import paths, not objects: in single-controller mode the rollout workers
+    # build the workflow themselves (SPMD accepts both forms).
+    workflow_kwargs = dict(
+        reward_fn="areal_debug.tiny_task.arithmetic_reward",
         gconfig=config.gconfig,
         tokenizer=config.tokenizer_path,
     )
     with DebugPPOTrainer(config, train_dataset=train_dataset) as trainer:
-        trainer.train(workflow)
+        trainer.train(
+            "areal.workflow.rlvr.RLVRWorkflow", workflow_kwargs=workflow_kwargs
+        )
 
 
 if __name__ == "__main__":

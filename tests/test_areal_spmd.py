@@ -91,8 +91,12 @@ def test_replay_is_bitwise_identical(request, dp):
     assert report["summary"]["all_identical"] is True
     assert report["summary"]["steps"] == STEPS
     assert report["topology"] == {
+        "recorded_mode": "spmd",
+        "replay_mode": "spmd",
         "recorded_heads": dp,
         "replay_heads": dp,
+        "recorded_train_dp": dp,
+        "replay_train_dp": dp,
         "changed": False,
     }
 
