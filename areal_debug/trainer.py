@@ -216,7 +216,7 @@ class DebugPPOTrainer(PPOTrainer):
         reader = self._reader
         assert reader is not None
         topology = self._topology(reader)
-        if topology["changed"]:
+        if topology["changed"] and _is_rank0():
             logger.warning(describe_topology_change(topology))
         changed = differences(
             reader.manifest.get("determinism", {}), current_settings()
@@ -518,7 +518,7 @@ class DebugPPOTrainer(PPOTrainer):
                 f"has {world}"
             )
         if problem is not None:
-            if not self._rng_warned:
+            if not self._rng_warned and _is_rank0():
                 logger.warning(
                     f"Replay: RNG states not restored at step {step} ({problem}); "
                     "training-side randomness (dropout) may differ."

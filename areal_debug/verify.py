@@ -187,6 +187,6 @@ def describe_topology_change(topology: dict) -> str:
         "Topology changed: recorded in {recorded_mode} mode ({recorded_heads} "
         "shard(s) per step, training data-parallel size {recorded_train_dp}), "
         "replayed in {replay_mode} mode ({replay_heads} shard(s), data-parallel "
-        "size {replay_train_dp}); each step's batch is re-split, so statistics "
-        "may differ from the recording."
+        "size {replay_train_dp}); each step's batch is re-split and ordered for "
+        "the new layout, so statistics may differ from the recording."
     ).format(**topology)

@@ -65,9 +65,7 @@ def run_launcher(
 
 
 def _run(workdir, name, launch, overrides, env, timeout) -> Run:
-    """Every process started is ended, also on timeout."""
     stats_file = os.path.join(workdir, f"{name}.stats.jsonl")
-    log_file = os.path.join(workdir, f"{name}.log")
     if os.path.exists(stats_file):
         os.unlink(stats_file)
     # AReaL's launcher checks that both exist.
@@ -89,30 +87,110 @@ def _run(workdir, name, launch, overrides, env, timeout) -> Run:
         "AREAL_DEBUG_TEST_STATS": stats_file,
         **(env or {}),
     }
-    with open(log_file, "w") as log:
-        proc = subprocess.Popen(
-            cmd,
-            cwd=workdir,
-            env=full_env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            rc = proc.wait(timeout=timeout)
-        finally:
-            # torchrun's workers are in the same session: end them all.
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
+    rc, log = run_logged(cmd, workdir, name, full_env, timeout)
     stats = []
     if os.path.exists(stats_file):
         with open(stats_file) as f:
             stats = [json.loads(line) for line in f if line.strip()]
-    with open(log_file) as f:
-        return Run(rc, f.read(), stats)
+    return Run(rc, log, stats)
+
+
+def start_logged(cmd, workdir, name, env) -> subprocess.Popen:
+    """Start ``cmd`` in its own session, output to ``<workdir>/<name>.log``."""
+    with open(os.path.join(workdir, f"{name}.log"), "w") as log:
+        return subprocess.Popen(
+            cmd,
+            cwd=workdir,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def end_session(proc: subprocess.Popen) -> None:
+    """Kill whatever is left of a session started by ``start_logged``."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def run_logged(cmd, workdir, name, env, timeout) -> tuple[int, str]:
+    """Every process started is ended, also on timeout."""
+    proc = start_logged(cmd, workdir, name, env)
+    try:
+        rc = proc.wait(timeout=timeout)
+    finally:
+        # torchrun's workers are in the same session: end them all.
+        end_session(proc)
+    with open(os.path.join(workdir, f"{name}.log")) as f:
+        return rc, f.read()
+
+
+EXAMPLE_SCRIPT = os.path.join(REPO, "examples", "rlvr_debug.py")
+EXAMPLE_CONFIGS = {
+    "spmd": os.path.join(REPO, "configs", "tiny_cpu.yaml"),
+    "single-controller": os.path.join(REPO, "configs", "tiny_cpu_sc.yaml"),
+}
+
+
+def example_command(mode: str, overrides: list[str], nproc: int = 1) -> list[str]:
+    """The shipped example in SPMD mode (torchrun) or single-controller mode
+    (a plain process: the controller)."""
+    launch = [sys.executable]
+    if mode == "spmd":
+        launch += [
+            "-m",
+            "torch.distributed.run",
+            f"--nproc-per-node={nproc}",
+            f"--master-port={free_port()}",
+        ]
+    return [*launch, EXAMPLE_SCRIPT, "--config", EXAMPLE_CONFIGS[mode], *overrides]
+
+
+def example_env(workdir, mode: str, server_addr: str | None = None) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "AREAL_DEBUG_WORKDIR": str(workdir)}
+    env.pop("AREAL_SPMD_MODE", None)
+    env.pop("AREAL_LLM_SERVER_ADDRS", None)
+    if mode == "spmd":
+        env["AREAL_SPMD_MODE"] = "1"
+    if server_addr is not None:
+        env["AREAL_LLM_SERVER_ADDRS"] = server_addr
+        env["AREAL_DEBUG_CPU_SERVER"] = "1"
+    return env
+
+
+def run_example(
+    workdir,
+    name: str,
+    mode: str,
+    overrides: list[str],
+    server_addr: str | None = None,
+    nproc: int = 1,
+    timeout: float = 600,
+) -> Run:
+    os.makedirs(os.path.join(workdir, "root", "name_resolve"), exist_ok=True)
+    cmd = example_command(mode, overrides, nproc)
+    env = example_env(workdir, mode, server_addr)
+    rc, log = run_logged(cmd, str(workdir), name, env, timeout)
+    return Run(rc, log, [])
+
+
+def rpc_workers(workdir) -> list:
+    """Live AReaL RPC worker processes of runs under ``workdir``."""
+    import psutil
+
+    found = []
+    marker = f"{workdir}/root"
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if "rpc_server" not in cmdline or marker not in cmdline:
+            continue
+        if proc.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(proc)
+    return found
 
 
 def recording_dir(workdir: str, experiment: str = "tiny", trial: str = "t0") -> str:

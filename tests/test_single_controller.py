@@ -1,0 +1,239 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Dump and replay in AReaL's single-controller mode (scheduler.type: local).
+
+The real thing end to end: the shipped example and configs, AReaL's
+LocalScheduler starting RPC workers, its RolloutController with
+RemoteSGLangEngine workers attached to the CPU server, its TrainController
+with an FSDP worker. Cross-mode replays go through torchrun (SPMD).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import time
+
+import pytest
+from support.harness import (
+    end_session,
+    example_command,
+    example_env,
+    replay_report,
+    rpc_workers,
+    run_example,
+    start_logged,
+)
+
+from areal_debug.demo import start_server
+from areal_debug.store_reader import RecordingReader
+
+pytestmark = pytest.mark.areal
+
+SC = "single-controller"
+STEPS = 3
+EXP = "tinydemo"
+
+
+def recording(workdir, trial: str) -> str:
+    return os.path.join(workdir, "root", EXP, trial, "areal_debug_recording")
+
+
+def assert_no_workers_left(workdir, grace: float = 5.0) -> None:
+    """Every RPC worker of the run has exited (zombies aside)."""
+    deadline = time.monotonic() + grace
+    while rpc_workers(workdir) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = rpc_workers(workdir)
+    assert not left, [" ".join(p.cmdline()) for p in left]
+
+
+def assert_finite_replay(report: dict) -> None:
+    assert report["summary"]["steps"] == STEPS
+    for entry in report["steps"]:
+        replayed = [m["replayed"] for m in entry["metrics"].values() if "replayed" in m]
+        assert "ppo_actor/update/grad_norm" in entry["metrics"]
+        assert replayed and all(math.isfinite(v) for v in replayed)
+
+
+@pytest.fixture(scope="module")
+def sc_workdir(tiny_assets, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("sc")
+    os.symlink(tiny_assets / "model", workdir / "model")
+    os.symlink(tiny_assets / "data.jsonl", workdir / "data.jsonl")
+    os.makedirs(workdir / "root" / "name_resolve")
+    return workdir
+
+
+@pytest.fixture(scope="module")
+def server(sc_workdir):
+    proc, addr = start_server(sc_workdir, {**os.environ, "OMP_NUM_THREADS": "1"})
+    yield addr
+    end_session(proc)
+
+
+def dump(workdir, addr, mode: str, trial: str, nproc: int = 1):
+    overrides = [
+        "debug.dump_rollout_data=true",
+        f"total_train_steps={STEPS}",
+        f"trial_name={trial}",
+    ]
+    return run_example(workdir, f"dump-{trial}", mode, overrides, addr, nproc)
+
+
+def replay(workdir, mode: str, trial: str, replay_trial: str, *extra, nproc=1):
+    overrides = [
+        "debug.replay_rollout_data=true",
+        f"total_train_steps={STEPS}",
+        f"trial_name={trial}",
+        f"debug.replay_trial_name={replay_trial}",
+        *extra,
+    ]
+    return run_example(workdir, f"replay-{replay_trial}", mode, overrides, nproc=nproc)
+
+
+@pytest.fixture(scope="module")
+def sc_dump(sc_workdir, server):
+    run = dump(sc_workdir, server, SC, "sc")
+    assert run.returncode == 0, run.log[-3000:]
+    return run
+
+
+@pytest.fixture(scope="module")
+def spmd_dump(sc_workdir, server):
+    run = dump(sc_workdir, server, "spmd", "spmd")
+    assert run.returncode == 0, run.log[-3000:]
+    return run
+
+
+def test_dump_records_one_shard_per_step_on_the_controller(sc_workdir, sc_dump):
+    assert "Rollout workers attach to running inference servers" in sc_dump.log
+    reader = RecordingReader(recording(sc_workdir, "sc"))
+    layout = reader.manifest["layout"]
+    assert layout["mode"] == SC
+    assert layout["num_shards"] == 1 and layout["train_dp_size"] == 1
+    assert reader.available_steps() == list(range(STEPS))
+    for step in range(STEPS):
+        batch = reader.load_shard(step, 0)
+        # batch_size 8 prompts x n_samples 4, one dict per prompt, fetched tensors.
+        assert len(batch) == 8
+        assert batch[0]["input_ids"].shape[0] == 4
+        assert batch[0]["input_ids"].device.type == "cpu"
+        assert not batch[0]["input_ids"].is_meta
+        assert reader.recorded_stats(step)
+    assert_no_workers_left(sc_workdir)
+
+
+def test_same_mode_replay_is_bitwise_without_rollout_workers(sc_workdir, sc_dump):
+    run = replay(sc_workdir, SC, "sc", "sc_replay")
+    assert run.returncode == 0, run.log[-3000:]
+    # Only the actor's worker: no rollout worker, no server.
+    assert "Creating 1 workers for role 'actor'" in run.log
+    assert "role 'rollout'" not in run.log
+    report = replay_report(str(sc_workdir), experiment=EXP, trial="sc_replay")
+    assert report["topology"]["changed"] is False
+    assert report["summary"]["all_identical"] is True
+    assert report["summary"]["steps"] == STEPS
+    for entry in report["steps"]:
+        assert len(entry["metrics"]) > 90
+        assert all(m["status"] == "identical" for m in entry["metrics"].values())
+    assert_no_workers_left(sc_workdir)
+
+
+def test_single_controller_recording_replays_in_spmd_mode(sc_workdir, sc_dump):
+    run = replay(
+        sc_workdir,
+        "spmd",
+        "sc",
+        "sc_in_spmd",
+        "allocation_mode=sglang:d1+fsdp:d2",
+        "actor.backend=fsdp:d2",
+        nproc=2,
+    )
+    assert run.returncode == 0, run.log[-3000:]
+    assert "Topology changed: recorded in single-controller mode" in run.log
+    report = replay_report(str(sc_workdir), experiment=EXP, trial="sc_in_spmd")
+    assert report["topology"]["changed"] is True
+    assert report["topology"]["replay_mode"] == "spmd"
+    assert_finite_replay(report)
+
+
+def test_spmd_recording_replays_in_single_controller_mode(sc_workdir, spmd_dump):
+    run = replay(sc_workdir, SC, "spmd", "spmd_in_sc")
+    assert run.returncode == 0, run.log[-3000:]
+    assert "Topology changed: recorded in spmd mode" in run.log
+    report = replay_report(str(sc_workdir), experiment=EXP, trial="spmd_in_sc")
+    assert report["topology"]["changed"] is True
+    assert report["topology"]["replay_mode"] == SC
+    assert_finite_replay(report)
+    assert_no_workers_left(sc_workdir)
+
+
+def test_failing_replay_exits_nonzero_and_leaves_no_worker(sc_workdir, sc_dump):
+    # A changed learning rate diverges at step 0; fail_on_divergence stops the run.
+    run = replay(
+        sc_workdir,
+        SC,
+        "sc",
+        "sc_fail",
+        "actor.optimizer.lr=2.0e-3",
+        "debug.fail_on_divergence=true",
+    )
+    assert run.returncode != 0
+    assert "Replay step 0 diverged from the recording" in run.log
+    assert "debug.fail_on_divergence" in run.log
+    assert_no_workers_left(sc_workdir)
+
+
+def interrupt(workdir, name, mode_overrides, server_addr, wait_for, send) -> int:
+    """Start a single-controller run, signal it once ``wait_for`` is logged,
+    and return its exit status (no worker may be left afterwards)."""
+    cmd = example_command(SC, mode_overrides)
+    env = example_env(workdir, SC, server_addr)
+    proc = start_logged(cmd, str(workdir), name, env)
+    log_path = os.path.join(workdir, f"{name}.log")
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            with open(log_path, errors="replace") as f:
+                if wait_for in f.read():
+                    break
+            time.sleep(0.2)
+        assert proc.poll() is None, "the run ended before it could be interrupted"
+        send(proc)
+        rc = proc.wait(timeout=180)
+        assert_no_workers_left(workdir)
+        return rc
+    finally:
+        end_session(proc)
+
+
+def test_ctrl_c_during_a_dump_leaves_no_worker(sc_workdir, server):
+    # Ctrl-C in a terminal signals the whole foreground process group.
+    rc = interrupt(
+        sc_workdir,
+        "ctrl-c",
+        ["debug.dump_rollout_data=true", "total_train_steps=50", "trial_name=ctrlc"],
+        server,
+        "Train step 1/",
+        lambda proc: os.killpg(proc.pid, signal.SIGINT),
+    )
+    assert rc != 0
+
+
+def test_sigterm_to_the_controller_leaves_no_worker(sc_workdir, sc_dump):
+    # A job system's kill reaches the controller alone; its workers must follow.
+    rc = interrupt(
+        sc_workdir,
+        "sigterm",
+        [
+            "debug.replay_rollout_data=true",
+            f"total_train_steps={STEPS}",
+            "trial_name=sc",
+            "debug.replay_trial_name=sigterm",
+        ],
+        None,
+        "Creating engines on workers",
+        lambda proc: proc.send_signal(signal.SIGTERM),
+    )
+    assert rc == 128 + signal.SIGTERM
