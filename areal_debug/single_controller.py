@@ -85,58 +85,27 @@ def _collect_remote(value: Any, out: list[RTensor]) -> None:
             _collect_remote(v, out)
 
 
-def _rebuild(value: Any, fetched: dict[int, torch.Tensor]) -> Any:
-    if isinstance(value, RTensor):
-        found = fetched.get(id(value))
-        return found if found is not None else value.data.detach().clone()
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
+def _map_leaves(value: Any, leaf) -> Any:
+    """``value`` with every non-container leaf replaced by ``leaf(leaf_value)``."""
     if isinstance(value, dict):
-        return {k: _rebuild(v, fetched) for k, v in value.items()}
+        return {k: _map_leaves(v, leaf) for k, v in value.items()}
     if isinstance(value, list):
-        return [_rebuild(v, fetched) for v in value]
+        return [_map_leaves(v, leaf) for v in value]
     if isinstance(value, tuple):
-        return tuple(_rebuild(v, fetched) for v in value)
-    return value
+        return tuple(_map_leaves(v, leaf) for v in value)
+    return leaf(value)
 
 
-class WorkerReaper:
-    """Makes sure the RPC workers a controller started end with it.
+def _rebuild(value: Any, fetched: dict[int, torch.Tensor]) -> Any:
+    def leaf(v: Any) -> Any:
+        if isinstance(v, RTensor):
+            found = fetched.get(id(v))
+            return found if found is not None else v.data.detach().clone()
+        if isinstance(v, torch.Tensor):
+            return v.detach().clone()
+        return v
 
-    AReaL deletes its workers in ``PPOTrainer.close()``; a failure in
-    ``__init__`` (no ``close()``), an exception inside ``close()``, or a
-    SIGTERM to the controller (no Python cleanup at all) would leave them
-    running. The reaper deletes whatever the scheduler still holds, once, on
-    any of these paths; SIGTERM is turned into ``SystemExit`` so the normal
-    cleanup runs first.
-    """
-
-    def __init__(self):
-        self._scheduler = None
-        self._done = False
-        atexit.register(self.reap)
-        if threading.current_thread() is threading.main_thread():
-            previous = signal.getsignal(signal.SIGTERM)
-            if previous in (signal.SIG_DFL, None):
-                signal.signal(signal.SIGTERM, _exit_on_sigterm)
-
-    def watch(self, scheduler: Any) -> None:
-        self._scheduler = scheduler
-
-    def reap(self) -> None:
-        if self._done or self._scheduler is None:
-            return
-        self._done = True
-        try:
-            if getattr(self._scheduler, "_workers", None):
-                logger.info("Ending the RPC workers this controller started.")
-            self._scheduler.delete_workers()
-        except Exception as e:  # noqa: BLE001 - best effort at exit
-            logger.warning(f"Could not delete the RPC workers: {e!r}")
-
-
-def _exit_on_sigterm(signum, frame) -> None:
-    raise SystemExit(128 + signum)
+    return _map_leaves(value, leaf)
 
 
 def record_controller_batches(controller: Any, on_batch) -> None:
@@ -186,18 +155,15 @@ def _compact(traj: Any) -> Any:
 
 
 def _inline(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
+    def leaf(v: Any) -> Any:
+        if not isinstance(v, torch.Tensor):
+            return v
         shard = TensorShardInfo(
             shard_id=f"{_REPLAY_SHARD}{uuid.uuid4().hex}", node_addr=REPLAY_NODE
         )
-        return RTensor(shard=shard, data=value)
-    if isinstance(value, dict):
-        return {k: _inline(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_inline(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_inline(v) for v in value)
-    return value
+        return RTensor(shard=shard, data=v)
+
+    return _map_leaves(value, leaf)
 
 
 def _is_replay_shard(value: Any) -> bool:
@@ -209,12 +175,43 @@ def _is_replay_shard(value: Any) -> bool:
 def without_inline_rtensors(value: Any) -> Any:
     """The structure with replay-made RTensors replaced by their data, so that
     AReaL's ``clear_batches`` only clears shards some worker really stores."""
-    if _is_replay_shard(value):
-        return value.data
-    if isinstance(value, dict):
-        return {k: without_inline_rtensors(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [without_inline_rtensors(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(without_inline_rtensors(v) for v in value)
-    return value
+    return _map_leaves(value, lambda v: v.data if _is_replay_shard(v) else v)
+
+
+class WorkerReaper:
+    """Makes sure the RPC workers a controller started end with it.
+
+    AReaL deletes its workers in ``PPOTrainer.close()``; a failure in
+    ``__init__`` (no ``close()``), an exception inside ``close()``, or a
+    SIGTERM to the controller (no Python cleanup at all) would leave them
+    running. The reaper deletes whatever the scheduler still holds, once, on
+    any of these paths; SIGTERM is turned into ``SystemExit`` so the normal
+    cleanup runs first.
+    """
+
+    def __init__(self):
+        self._scheduler = None
+        self._done = False
+        atexit.register(self.reap)
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.getsignal(signal.SIGTERM)
+            if previous in (signal.SIG_DFL, None):
+                signal.signal(signal.SIGTERM, _exit_on_sigterm)
+
+    def watch(self, scheduler: Any) -> None:
+        self._scheduler = scheduler
+
+    def reap(self) -> None:
+        if self._done or self._scheduler is None:
+            return
+        self._done = True
+        try:
+            if getattr(self._scheduler, "_workers", None):
+                logger.info("Ending the RPC workers this controller started.")
+            self._scheduler.delete_workers()
+        except Exception as e:  # noqa: BLE001 - best effort at exit
+            logger.warning(f"Could not delete the RPC workers: {e!r}")
+
+
+def _exit_on_sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)
