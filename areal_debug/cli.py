@@ -29,7 +29,8 @@ def cmd_inspect(args) -> int:
     )
     print(
         f"layout      {layout.get('mode', '?')}, world size {layout.get('world_size', '?')}, "
-        f"{reader.num_shards} data-parallel head(s), {reader.steps_per_epoch} steps/epoch"
+        f"training data-parallel size {layout.get('train_dp_size', reader.num_shards)}, "
+        f"{reader.num_shards} shard(s) per step, {reader.steps_per_epoch} steps/epoch"
     )
     steps = reader.available_steps()
     print(

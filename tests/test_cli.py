@@ -13,7 +13,7 @@ def test_inspect_lists_steps(tmp_path, capsys):
     record(str(tmp_path), {0: [[traj(0)]], 1: [[traj(1)]]}, steps_per_epoch=5)
     assert main(["inspect", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "0-1 complete" in out and "1 data-parallel head(s), 5 steps/epoch" in out
+    assert "0-1 complete" in out and "1 shard(s) per step, 5 steps/epoch" in out
 
 
 def test_verify_passes_then_names_the_damaged_file(tmp_path, capsys):
