@@ -88,7 +88,12 @@ def cmd_demo(args) -> int:
     from areal_debug.demo import DemoError, run_demo
 
     try:
-        return run_demo(args.workdir, steps=args.steps, nproc=args.nproc)
+        return run_demo(
+            args.workdir,
+            steps=args.steps,
+            nproc=args.nproc,
+            single_controller=args.single_controller,
+        )
     except DemoError as e:
         print(f"areal-debug demo: {e}", file=sys.stderr)
         return 1
@@ -114,6 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
         choices=(1, 2),
         default=1,
         help="trainer processes (data-parallel size)",
+    )
+    p.add_argument(
+        "--single-controller",
+        action="store_true",
+        help="run both sides in AReaL's single-controller mode (scheduler.type=local)",
     )
     p.set_defaults(func=cmd_demo)
     return ap

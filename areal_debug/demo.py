@@ -29,6 +29,7 @@ from areal_debug.tiny_task import build_tiny_model, write_dataset
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "examples" / "rlvr_debug.py"
 CONFIG = REPO / "configs" / "tiny_cpu.yaml"
+CONFIG_SC = REPO / "configs" / "tiny_cpu_sc.yaml"
 EXPERIMENT, TRIAL = "tinydemo", "trial0"
 SHOWN_METRICS = [
     "ppo_actor/update/actor_loss/avg",
@@ -109,9 +110,12 @@ def start_server(workdir: Path, env: dict) -> tuple[subprocess.Popen, str]:
     raise DemoError("the CPU server did not become healthy within 180 s")
 
 
-def trainer_command(mode: str, nproc: int) -> list[str]:
-    """The dump runs under torchrun next to the server; the replay goes through
-    areal-debug's launcher, which starts no inference server."""
+def trainer_command(mode: str, nproc: int, sc: bool = False) -> list[str]:
+    """SPMD: the dump runs under torchrun next to the server; the replay goes
+    through areal-debug's launcher, which starts no inference server.
+    Single-controller (``sc``): the script itself is the controller."""
+    if sc:
+        return [sys.executable]
     if mode == "replay":
         return [sys.executable, "-m", "areal_debug.launcher.local"]
     return [
@@ -123,13 +127,13 @@ def trainer_command(mode: str, nproc: int) -> list[str]:
     ]
 
 
-def mode_command(mode: str, nproc: int, steps: int) -> list[str]:
+def mode_command(mode: str, nproc: int, steps: int, sc: bool = False) -> list[str]:
     """The full command line of the example in ``mode`` ("dump" or "replay")."""
     return [
-        *trainer_command(mode, nproc),
+        *trainer_command(mode, nproc, sc),
         str(SCRIPT),
         "--config",
-        str(CONFIG),
+        str(CONFIG_SC if sc else CONFIG),
         *common_overrides(nproc, steps),
         f"debug.{mode}_rollout_data=true",
     ]
@@ -165,16 +169,21 @@ def run_trainer(
         )
 
 
-def run_mode(wd: Path, mode: str, nproc: int, steps: int, env: dict) -> float:
+def run_mode(
+    wd: Path, mode: str, nproc: int, steps: int, env: dict, sc: bool = False
+) -> float:
     """Run the example in ``mode``; return its wall time."""
     t0 = time.monotonic()
-    run_trainer(wd, mode, mode_command(mode, nproc, steps), env, steps)
+    run_trainer(wd, mode, mode_command(mode, nproc, steps, sc), env, steps)
     return time.monotonic() - t0
 
 
-def replay_command(workdir: Path, nproc: int, steps: int) -> str:
+def replay_command(workdir: Path, nproc: int, steps: int, sc: bool = False) -> str:
     env = f"AREAL_DEBUG_WORKDIR={shlex.quote(str(workdir))} OMP_NUM_THREADS=1"
-    args = mode_command("replay", nproc, steps)
+    if sc:
+        # A leftover AREAL_SPMD_MODE=1 in the shell would switch modes.
+        env = f"-u AREAL_SPMD_MODE {env}"
+    args = mode_command("replay", nproc, steps, sc)
     return f"{env} {' '.join(shlex.quote(a) for a in args)}"
 
 
@@ -187,7 +196,9 @@ def common_overrides(nproc: int, steps: int) -> list[str]:
     ]
 
 
-def write_replay_script(workdir: Path, nproc: int, steps: int) -> Path:
+def write_replay_script(
+    workdir: Path, nproc: int, steps: int, sc: bool = False
+) -> Path:
     path = workdir / "run_replay.sh"
     path.write_text(
         "#!/usr/bin/env bash\n"
@@ -195,7 +206,7 @@ def write_replay_script(workdir: Path, nproc: int, steps: int) -> Path:
         "# config overrides, e.g.: bash run_replay.sh actor.optimizer.lr=1e-5\n"
         "set -euo pipefail\n"
         f"cd {shlex.quote(str(REPO))}\n"
-        f'exec env {replay_command(workdir, nproc, steps)} "$@"\n'
+        f'exec env {replay_command(workdir, nproc, steps, sc)} "$@"\n'
     )
     path.chmod(0o755)
     return path
@@ -259,10 +270,14 @@ def print_table(reader: RecordingReader, report: dict) -> tuple[bool, str | None
     return problem is None, problem
 
 
-def run_demo(workdir: str, steps: int = 4, nproc: int = 1) -> int:
-    if not SCRIPT.exists() or not CONFIG.exists():
+def run_demo(
+    workdir: str, steps: int = 4, nproc: int = 1, single_controller: bool = False
+) -> int:
+    sc = single_controller
+    config = CONFIG_SC if sc else CONFIG
+    if not SCRIPT.exists() or not config.exists():
         raise DemoError(
-            f"the demo runs {SCRIPT} with {CONFIG}; run it from an "
+            f"the demo runs {SCRIPT} with {config}; run it from an "
             "areal-debug source checkout"
         )
     wd = Path(workdir).resolve()
@@ -275,33 +290,37 @@ def run_demo(workdir: str, steps: int = 4, nproc: int = 1) -> int:
     base_env = {
         **os.environ,
         "AREAL_DEBUG_WORKDIR": str(wd),
-        "AREAL_SPMD_MODE": "1",
         "OMP_NUM_THREADS": "1",
     }
     base_env.pop("AREAL_LLM_SERVER_ADDRS", None)
+    base_env.pop("AREAL_SPMD_MODE", None)
+    if not sc:
+        base_env["AREAL_SPMD_MODE"] = "1"
+    how = "single-controller mode" if sc else "SPMD mode"
 
     say("[2/4] starting the CPU inference server (SGLang HTTP protocol)")
     server, addr = start_server(wd, base_env)
     try:
         say(
-            f"[2/4] dump: {steps} GRPO steps on {nproc} trainer process(es), "
-            f"rollouts from the server at {addr}"
+            f"[2/4] dump in {how}: {steps} GRPO steps on {nproc} trainer "
+            f"process(es), rollouts from the server at {addr}"
         )
         dump_env = {
             **base_env,
             "AREAL_LLM_SERVER_ADDRS": addr,
             "AREAL_DEBUG_CPU_SERVER": "1",
         }
-        dump_time = run_mode(wd, "dump", nproc, steps, dump_env)
+        dump_time = run_mode(wd, "dump", nproc, steps, dump_env, sc)
     finally:
         _end(server)
         say("[2/4] CPU server stopped")
 
-    say(
-        "[3/4] replay through areal_debug.launcher.local: no inference server, no engine"
-    )
-    replay_time = run_mode(wd, "replay", nproc, steps, base_env)
-    script = write_replay_script(wd, nproc, steps)
+    if sc:
+        say("[3/4] replay: the controller starts only the actor's workers, no server")
+    else:
+        say("[3/4] replay through areal_debug.launcher.local: no inference server")
+    replay_time = run_mode(wd, "replay", nproc, steps, base_env, sc)
+    script = write_replay_script(wd, nproc, steps, sc)
 
     say("[4/4] comparison")
     reader = RecordingReader(

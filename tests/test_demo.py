@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from support.harness import rpc_workers
 
 pytestmark = pytest.mark.areal
 
@@ -20,8 +21,12 @@ def server_processes(workdir) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("nproc", [1, 2])
-def test_demo_records_and_replays_bit_for_bit(tmp_path, nproc):
+@pytest.mark.parametrize(
+    "nproc,extra",
+    [(1, []), (2, []), (1, ["--single-controller"])],
+    ids=["spmd-1", "spmd-2", "single-controller-1"],
+)
+def test_demo_records_and_replays_bit_for_bit(tmp_path, nproc, extra):
     wd = tmp_path / "demo"
     run = subprocess.run(
         [
@@ -35,6 +40,7 @@ def test_demo_records_and_replays_bit_for_bit(tmp_path, nproc):
             "3",
             "--nproc",
             str(nproc),
+            *extra,
         ],
         capture_output=True,
         text=True,
@@ -65,3 +71,5 @@ def test_demo_records_and_replays_bit_for_bit(tmp_path, nproc):
     (report,) = (wd / "root" / "logs").rglob("again/replay_report.json")
     summary = json.loads(report.read_text())["summary"]
     assert summary["all_identical"] is True and summary["steps"] == 3
+    # Single-controller runs start RPC workers; none may outlive the demo.
+    assert rpc_workers(wd) == []
