@@ -69,7 +69,8 @@ class DebugConfig:
         metadata={
             "help": "Replay: restore each rank's RNG states (python, numpy, torch, "
             "CUDA) recorded at the dump point of each step, so training-side "
-            "randomness such as dropout replays identically."
+            "randomness such as dropout replays identically. SPMD mode only: in "
+            "single-controller mode the RPC workers seed themselves identically."
         },
     )
     fail_on_divergence: bool = field(

@@ -4,8 +4,9 @@
 A training script changes two lines (config class, trainer class). With the
 ``debug`` flags off nothing differs from ``PPOTrainer``. In dump mode the
 inference engine is wrapped so each data-parallel head's ``prepare_batch``
-output is recorded; in replay mode no engine is built and a ReplayEngine
-returns the recorded batches into AReaL's unchanged training loop.
+output is recorded (single-controller mode: the rollout controller's, on the
+controller); in replay mode no engine is built and a ReplayEngine returns the
+recorded batches into AReaL's unchanged training loop.
 """
 
 from __future__ import annotations
