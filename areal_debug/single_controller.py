@@ -16,6 +16,7 @@ import os
 import signal
 import threading
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -109,7 +110,7 @@ def _rebuild(value: Any, fetched: dict[int, torch.Tensor]) -> Any:
 
 
 def record_controller_batches(controller: Any, on_batch) -> None:
-    """Hand a fetched copy of each batch the rollout controller returns to ``on_batch``.
+    """Hand each batch the rollout controller returns to ``on_batch``.
 
     The methods are replaced on the instance, not wrapped in another object:
     AReaL checks ``isinstance(trainer.rollout, RolloutController)``.
@@ -119,10 +120,48 @@ def record_controller_batches(controller: Any, on_batch) -> None:
 
         def recorded(*args, _original=original, **kwargs):
             batch = _original(*args, **kwargs)
-            on_batch(localized_copy(batch))
+            on_batch(batch)
             return batch
 
         setattr(controller, name, recorded)
+
+
+class BatchFetcher:
+    """Fetches batches' RTensors on a background thread while the step trains.
+
+    The referenced tensors stay on the rollout workers until AReaL's
+    ``clear_batches`` at the end of the step, so the training thread only has to
+    ``wait()`` there, by which time the fetch is normally long done.
+    """
+
+    def __init__(self):
+        self._pool = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="areal-debug-fetch"
+        )
+        self._pending: list[Future] = []
+
+    def submit(self, batch: Any) -> Future:
+        # The trainer adds keys to these dicts right away: the fetch thread
+        # walks its own copy of the containers.
+        containers = _map_leaves(batch, lambda v: v)
+        future = self._pool.submit(localized_copy, containers)
+        self._pending.append(future)
+        return future
+
+    def wait(self) -> None:
+        """Block until every submitted fetch is done; raise the first failure."""
+        pending, self._pending = self._pending, []
+        for future in pending:
+            error = future.exception()
+            if error is not None:
+                raise RuntimeError(
+                    "Fetching the step's rollout batch from the rollout workers "
+                    f"for the recording failed: {error!r}. The workers' storage "
+                    "must stay reachable from the controller."
+                ) from error
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
 
 
 # Replay hands the train controller RTensors that carry their data inline. AReaL

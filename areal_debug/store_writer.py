@@ -11,6 +11,7 @@ import shutil
 import threading
 import time
 import weakref
+from concurrent.futures import Future
 from typing import Any
 
 import torch
@@ -124,8 +125,14 @@ class RecordingWriter:
         _live_writers.add(self)
 
     # -- training thread -----------------------------------------------------
-    def submit_batch(self, global_step: int, batch: list[dict[str, Any]]) -> None:
-        self._put(("batch", global_step, snapshot_batch(batch, self.clone_tensors)))
+    def submit_batch(
+        self, global_step: int, batch: list[dict[str, Any]] | Future
+    ) -> None:
+        """Queue a step's batch. A ``Future`` of one (fetched on another thread,
+        into fresh tensors) is awaited on the writer thread."""
+        if not isinstance(batch, Future):
+            batch = snapshot_batch(batch, self.clone_tensors)
+        self._put(("batch", global_step, batch))
 
     def submit_stats(
         self,
@@ -195,6 +202,8 @@ class RecordingWriter:
                 if self._error is None:
                     kind, step, payload = job
                     if kind == "batch":
+                        if isinstance(payload, Future):
+                            payload = snapshot_batch(payload.result(), False)
                         self._write_shard(step, payload)
                     elif kind == "rng":
                         self._write_rng(step, payload)

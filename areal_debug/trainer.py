@@ -37,6 +37,7 @@ from areal_debug.determinism import current_settings, differences, enable_determ
 from areal_debug.engines import RecordingEngine, ReplayEngine
 from areal_debug.replay_loader import ReplayDataLoader
 from areal_debug.single_controller import (
+    BatchFetcher,
     WorkerReaper,
     as_inline_rtensors,
     record_controller_batches,
@@ -82,6 +83,7 @@ class DebugPPOTrainer(PPOTrainer):
         self._replaying = self.debug.replay_rollout_data
         self._dumping = self.debug.dump_rollout_data
         self._writer: RecordingWriter | None = None
+        self._fetcher: BatchFetcher | None = None
         self._next_record_step = 0
         self._reader: RecordingReader | None = None
         self._verifier: ReplayVerifier | None = None
@@ -179,6 +181,7 @@ class DebugPPOTrainer(PPOTrainer):
             )
         if self._dumping and not is_eval:
             if self._single_controller:
+                self._fetch_in_background()
                 record_controller_batches(engine, self._record_batch)
                 return engine
             return RecordingEngine(engine, self._record_batch)
@@ -357,6 +360,18 @@ class DebugPPOTrainer(PPOTrainer):
             ),
         }
 
+    def _fetch_in_background(self) -> None:
+        """The recording's RTensor fetch runs while the step trains; AReaL's
+        ``clear_batches`` (which drops the workers' copies) waits for it."""
+        self._fetcher = BatchFetcher()
+        clear = self.actor.clear_batches
+
+        def clear_after_fetch(*targets):
+            self._fetcher.wait()
+            return clear(*targets)
+
+        self.actor.clear_batches = clear_after_fetch
+
     def _record_batch(self, batch) -> None:
         if self._writer is None:
             self._writer = RecordingWriter(
@@ -366,10 +381,12 @@ class DebugPPOTrainer(PPOTrainer):
                 steps_per_epoch=len(self.train_dataloader),
                 max_pending=self.debug.max_pending_steps,
                 # Single-controller batches arrive as fresh fetched copies.
-                clone_tensors=_trains_on_cpu() and not self._single_controller,
+                clone_tensors=_trains_on_cpu() and self._fetcher is None,
             )
         step = self._next_record_step
         self._next_record_step += 1
+        if self._fetcher is not None:
+            batch = self._fetcher.submit(batch)
         self._writer.submit_batch(step, batch)
 
     # -- both ------------------------------------------------------------------------
@@ -543,6 +560,8 @@ class DebugPPOTrainer(PPOTrainer):
 
     def close(self):
         try:
+            if self._fetcher is not None:
+                self._fetcher.close()
             if self._writer is not None:
                 self._writer.close()
         finally:

@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 from areal.infra.controller.train_controller import _item_weight
-from areal.infra.rpc.rtensor import RTensor
+from areal.infra.rpc.rtensor import RTensor, TensorShardInfo
 
+import areal_debug.single_controller as sc
 from areal_debug.single_controller import (
     REPLAY_NODE,
     as_inline_rtensors,
@@ -76,3 +79,97 @@ def test_a_malformed_server_address_is_named(monkeypatch):
     monkeypatch.setenv("AREAL_LLM_SERVER_ADDRS", "localhost")
     with pytest.raises(ValueError, match="'localhost' is not host:port"):
         server_infos_from_env(1)
+
+
+class _Backend:
+    """Stands in for AReaL's HTTP RTensor backend (the storage node)."""
+
+    def __init__(self, tensors: dict | None = None):
+        self.tensors = tensors
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def fetch(self, shards):
+        self.gate.wait(timeout=30)
+        if self.tensors is None:
+            raise ConnectionError("storage node unreachable")
+        return [self.tensors[s.shard_id].clone() for s in shards]
+
+
+def remote_batch(batch: list[dict]) -> tuple[list[dict], dict]:
+    store, out = {}, []
+    for i, traj in enumerate(batch):
+        refs = {}
+        for key, tensor in traj.items():
+            sid = f"{i}/{key}"
+            store[sid] = tensor
+            shard = TensorShardInfo(shard_id=sid, node_addr="127.0.0.1:1")
+            refs[key] = RTensor(shard=shard, data=tensor.to("meta"))
+        out.append(refs)
+    return out, store
+
+
+def test_fetcher_records_the_batch_as_returned_whatever_the_trainer_adds(
+    monkeypatch,
+):
+    batch = [group([5, 9], 12), group([7, 7], 12)]
+    remote, store = remote_batch(batch)
+    backend = _Backend(store)
+    backend.gate.clear()  # the fetch runs only after the trainer's changes
+    monkeypatch.setattr(sc, "get_backend", lambda: backend)
+    fetcher = sc.BatchFetcher()
+    future = fetcher.submit(remote)
+    # PPOTrainer adds keys to the very dicts right after prepare_batch.
+    for traj in remote:
+        traj["prox_logp"] = torch.zeros(2, 12)
+    backend.gate.set()
+    fetcher.wait()
+    fetched = future.result()
+    fetcher.close()
+    assert [sorted(t) for t in fetched] == [sorted(t) for t in batch]
+    for got, want in zip(fetched, batch, strict=True):
+        for key in want:
+            assert torch.equal(got[key], want[key])
+    # The batch AReaL goes on with still holds references, not data.
+    assert remote[0]["input_ids"].data.is_meta
+
+
+def test_a_failed_fetch_stops_training_at_step_end_with_the_cause(monkeypatch):
+    remote, _ = remote_batch([group([5, 9], 12)])
+    monkeypatch.setattr(sc, "get_backend", lambda: _Backend(None))
+    fetcher = sc.BatchFetcher()
+    fetcher.submit(remote)
+    with pytest.raises(RuntimeError, match="storage node unreachable"):
+        fetcher.wait()
+    fetcher.close()
+
+
+def test_writer_awaits_a_fetched_batch_on_its_own_thread(tmp_path):
+    from concurrent.futures import Future
+
+    from areal_debug.store_reader import RecordingReader
+    from areal_debug.store_writer import RecordingWriter, write_manifest
+
+    path = str(tmp_path / "rec")
+    write_manifest(
+        path,
+        {
+            "format_version": 1,
+            "created": "t",
+            "experiment_name": "e",
+            "trial_name": "t",
+            "layout": {
+                "mode": "single-controller",
+                "num_shards": 1,
+                "steps_per_epoch": 1,
+            },
+        },
+    )
+    writer = RecordingWriter(path, shard=0, num_shards=1, steps_per_epoch=1)
+    batch = [group([5, 9], 12)]
+    future: Future = Future()
+    writer.submit_batch(0, future)
+    future.set_result(batch)
+    writer.close()
+    (got,) = RecordingReader(path).load_shard(0, 0)
+    assert torch.equal(got["logprobs"], batch[0]["logprobs"])

@@ -1,0 +1,156 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Single-controller dump: how long does fetching the batch block the training thread?
+
+In single-controller mode the rollout controller returns RTensors: references to
+tensors held by the rollout workers. The dump fetches them (AReaL's own HTTP
+RTensor backend) into fresh tensors. This starts a real AReaL storage node (the
+``/data`` blueprint of its RPC workers) in another process, stores a realistic
+RLVR batch there (default 128 prompts x 4 samples x 2048 tokens), and prints the
+median, over several steps, of:
+
+- a synchronous fetch on the training thread (what the dump would cost if it
+  fetched inline);
+- the training thread's time with areal-debug's ``BatchFetcher``: handing the
+  batch over, then, after a simulated training step, waiting for the fetch to
+  be done (AReaL's clear_batches at step end must not drop the shards sooner).
+
+    .venv/bin/python benchmarks/fetch_overhead.py [--prompts 128] [--step-seconds 2]
+"""
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+
+import orjson
+import torch
+from areal.infra.rpc.rtensor import RTensor, TensorShardInfo
+from areal.infra.rpc.serialization import serialize_value
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dump_overhead import rlvr_batch  # noqa: E402
+
+from areal_debug.single_controller import BatchFetcher, localized_copy  # noqa: E402
+
+NODE = """
+import sys
+from flask import Flask
+from areal.infra.rpc.guard.data_blueprint import data_bp
+app = Flask("storage")
+app.register_blueprint(data_bp)
+app.run(host="127.0.0.1", port=int(sys.argv[1]), threaded=True)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_node() -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", NODE, str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    addr = f"127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"http://{addr}/data/none", timeout=2)
+        except urllib.error.HTTPError:
+            return proc, addr  # a 404 for an unknown shard: the node is up
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("the storage node did not start")
+
+
+def remotize(batch: list[dict], addr: str) -> list[dict]:
+    """Store every tensor on the node, as a rollout worker does; return RTensors."""
+    out = []
+    for traj in batch:
+        refs = {}
+        for key, tensor in traj.items():
+            sid = uuid.uuid4().hex
+            body = orjson.dumps(serialize_value(tensor))
+            req = urllib.request.Request(
+                f"http://{addr}/data/{sid}", data=body, method="PUT"
+            )
+            urllib.request.urlopen(req).read()
+            shard = TensorShardInfo(shard_id=sid, node_addr=addr)
+            refs[key] = RTensor(shard=shard, data=tensor.to("meta"))
+        out.append(refs)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
+    ap.add_argument("--prompts", type=int, default=128)
+    ap.add_argument("--group", type=int, default=4)
+    ap.add_argument("--seqlen", type=int, default=2048)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument(
+        "--step-seconds",
+        type=float,
+        default=2.0,
+        help="simulated training between prepare_batch and clear_batches",
+    )
+    args = ap.parse_args()
+
+    batch = rlvr_batch(args.prompts, args.group, args.seqlen)
+    nbytes = sum(v.numel() * v.element_size() for t in batch for v in t.values())
+    node, addr = start_node()
+    try:
+        remote = remotize(batch, addr)
+        inline = []
+        for _ in range(args.steps):
+            t0 = time.perf_counter()
+            fetched = localized_copy(remote)
+            inline.append(time.perf_counter() - t0)
+        assert torch.equal(fetched[0]["input_ids"], batch[0]["input_ids"])
+
+        fetcher = BatchFetcher()
+        handover, waited = [], []
+        for _ in range(args.steps):
+            t0 = time.perf_counter()
+            future = fetcher.submit(remote)
+            handover.append(time.perf_counter() - t0)
+            time.sleep(args.step_seconds)  # the training step runs meanwhile
+            t1 = time.perf_counter()
+            fetcher.wait()
+            waited.append(time.perf_counter() - t1)
+            assert torch.equal(future.result()[0]["logprobs"], batch[0]["logprobs"])
+        fetcher.close()
+    finally:
+        node.kill()
+        node.wait()
+
+    sync = statistics.median(inline)
+    blocked = statistics.median(handover) + statistics.median(waited)
+    print(
+        f"batch: {args.prompts * args.group} sequences x {args.seqlen} tokens, "
+        f"{nbytes / 2**20:.1f} MiB of tensors in {len(remote) * len(remote[0])} "
+        f"RTensors, median of {args.steps} steps"
+    )
+    print(f"synchronous fetch on the training thread:   {sync * 1e3:8.1f} ms")
+    print(
+        f"with BatchFetcher (step of {args.step_seconds:.1f} s):       "
+        f"{blocked * 1e3:8.2f} ms   ratio {blocked / sync:.3f}"
+    )
+    print(
+        f"  (handing over {statistics.median(handover) * 1e3:.2f} ms, waiting at "
+        f"step end {statistics.median(waited) * 1e3:.2f} ms)"
+    )
+    print("target: ratio <= 0.10")
+
+
+if __name__ == "__main__":
+    main()
