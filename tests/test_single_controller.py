@@ -72,11 +72,12 @@ def server(sc_workdir):
     end_session(proc)
 
 
-def dump(workdir, addr, mode: str, trial: str, nproc: int = 1):
+def dump(workdir, addr, mode: str, trial: str, *extra, nproc: int = 1):
     overrides = [
         "debug.dump_rollout_data=true",
         f"total_train_steps={STEPS}",
         f"trial_name={trial}",
+        *extra,
     ]
     return run_example(workdir, f"dump-{trial}", mode, overrides, addr, nproc)
 
@@ -94,7 +95,10 @@ def replay(workdir, mode: str, trial: str, replay_trial: str, *extra, nproc=1):
 
 @pytest.fixture(scope="module")
 def sc_dump(sc_workdir, server):
-    run = dump(sc_workdir, server, SC, "sc")
+    # With an AReaL recover checkpoint after every step, kept with the recording.
+    run = dump(
+        sc_workdir, server, SC, "sc", "recover.mode=on", "++recover.freq_steps=1"
+    )
     assert run.returncode == 0, run.log[-3000:]
     return run
 
@@ -137,6 +141,16 @@ def test_same_mode_replay_is_bitwise_without_rollout_workers(sc_workdir, sc_dump
     for entry in report["steps"]:
         assert len(entry["metrics"]) > 90
         assert all(m["status"] == "identical" for m in entry["metrics"].values())
+    assert_no_workers_left(sc_workdir)
+
+
+def test_replay_from_step_n_restores_the_kept_checkpoint(sc_workdir, sc_dump):
+    run = replay(sc_workdir, SC, "sc", "sc_from2", "debug.replay_start_step=2")
+    assert run.returncode == 0, run.log[-3000:]
+    assert "recover checkpoint of step 1 (kept with the recording)" in run.log
+    report = replay_report(str(sc_workdir), experiment=EXP, trial="sc_from2")
+    assert [e["global_step"] for e in report["steps"]] == [2]
+    assert report["summary"]["all_identical"] is True
     assert_no_workers_left(sc_workdir)
 
 
