@@ -33,6 +33,9 @@ pytestmark = pytest.mark.areal
 SC = "single-controller"
 STEPS = 3
 EXP = "tinydemo"
+# The single-controller recording trains on two FSDP workers: the train
+# controller then balances each batch over them, by AReaL's trajectory weights.
+TRAIN_D2 = ("actor.backend=fsdp:d2", "allocation_mode=sglang:d1+fsdp:d2")
 
 
 def recording(workdir, trial: str) -> str:
@@ -97,7 +100,13 @@ def replay(workdir, mode: str, trial: str, replay_trial: str, *extra, nproc=1):
 def sc_dump(sc_workdir, server):
     # With an AReaL recover checkpoint after every step, kept with the recording.
     run = dump(
-        sc_workdir, server, SC, "sc", "recover.mode=on", "++recover.freq_steps=1"
+        sc_workdir,
+        server,
+        SC,
+        "sc",
+        *TRAIN_D2,
+        "recover.mode=on",
+        "++recover.freq_steps=1",
     )
     assert run.returncode == 0, run.log[-3000:]
     return run
@@ -115,7 +124,7 @@ def test_dump_records_one_shard_per_step_on_the_controller(sc_workdir, sc_dump):
     reader = RecordingReader(recording(sc_workdir, "sc"))
     layout = reader.manifest["layout"]
     assert layout["mode"] == SC
-    assert layout["num_shards"] == 1 and layout["train_dp_size"] == 1
+    assert layout["num_shards"] == 1 and layout["train_dp_size"] == 2
     assert reader.available_steps() == list(range(STEPS))
     for step in range(STEPS):
         batch = reader.load_shard(step, 0)
@@ -129,10 +138,10 @@ def test_dump_records_one_shard_per_step_on_the_controller(sc_workdir, sc_dump):
 
 
 def test_same_mode_replay_is_bitwise_without_rollout_workers(sc_workdir, sc_dump):
-    run = replay(sc_workdir, SC, "sc", "sc_replay")
+    run = replay(sc_workdir, SC, "sc", "sc_replay", *TRAIN_D2)
     assert run.returncode == 0, run.log[-3000:]
-    # Only the actor's worker: no rollout worker, no server.
-    assert "Creating 1 workers for role 'actor'" in run.log
+    # Only the actor's workers: no rollout worker, no server.
+    assert "Creating 2 workers for role 'actor'" in run.log
     assert "role 'rollout'" not in run.log
     report = replay_report(str(sc_workdir), experiment=EXP, trial="sc_replay")
     assert report["topology"]["changed"] is False
@@ -145,7 +154,9 @@ def test_same_mode_replay_is_bitwise_without_rollout_workers(sc_workdir, sc_dump
 
 
 def test_replay_from_step_n_restores_the_kept_checkpoint(sc_workdir, sc_dump):
-    run = replay(sc_workdir, SC, "sc", "sc_from2", "debug.replay_start_step=2")
+    run = replay(
+        sc_workdir, SC, "sc", "sc_from2", *TRAIN_D2, "debug.replay_start_step=2"
+    )
     assert run.returncode == 0, run.log[-3000:]
     assert "recover checkpoint of step 1 (kept with the recording)" in run.log
     report = replay_report(str(sc_workdir), experiment=EXP, trial="sc_from2")
@@ -160,8 +171,7 @@ def test_single_controller_recording_replays_in_spmd_mode(sc_workdir, sc_dump):
         "spmd",
         "sc",
         "sc_in_spmd",
-        "allocation_mode=sglang:d1+fsdp:d2",
-        "actor.backend=fsdp:d2",
+        *TRAIN_D2,
         nproc=2,
     )
     assert run.returncode == 0, run.log[-3000:]
@@ -190,6 +200,7 @@ def test_failing_replay_exits_nonzero_and_leaves_no_worker(sc_workdir, sc_dump):
         SC,
         "sc",
         "sc_fail",
+        *TRAIN_D2,
         "actor.optimizer.lr=2.0e-3",
         "debug.fail_on_divergence=true",
     )
@@ -245,6 +256,7 @@ def test_sigterm_to_the_controller_leaves_no_worker(sc_workdir, sc_dump):
             f"total_train_steps={STEPS}",
             "trial_name=sc",
             "debug.replay_trial_name=sigterm",
+            *TRAIN_D2,
         ],
         None,
         "Creating engines on workers",
