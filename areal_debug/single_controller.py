@@ -5,8 +5,11 @@ There the trainer process is a controller: the rollout controller's
 ``prepare_batch`` returns trajectory dicts of ``RTensor`` (references to tensors
 held by the rollout workers), and the train controller dispatches them to its
 workers. A recording is taken right there, one shard per step in generation
-order, after fetching the referenced tensors; a replay hands plain tensors to
-the train controller, which AReaL accepts in their place.
+order: the referenced tensors are fetched on a background thread while the step
+trains. A replay hands the train controller RTensors that carry the recorded
+tensors inline, so it orders and splits the batch exactly as in the dump run.
+Also here: attaching rollout workers to running servers, and ending the RPC
+workers on every exit path.
 """
 
 from __future__ import annotations

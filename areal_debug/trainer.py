@@ -113,6 +113,8 @@ class DebugPPOTrainer(PPOTrainer):
         self._wrap_stats_commit()
         if self.debug.enabled:
             self._wrap_prepare_batch()
+            if self._single_controller:
+                self._wrap_clear_batches()
         if self._replaying:
             self._start_replay()
         elif self._dumping:
@@ -163,11 +165,9 @@ class DebugPPOTrainer(PPOTrainer):
             self.actor.update_weights = self._skip_weight_update
             if self._resume_from is not None:
                 self._install_checkpoint(self._resume_from)
-            if self._single_controller:
-                engine = ReplayEngine(self.train_dataloader, as_inline_rtensors)
-                self._clear_only_stored_batches()
-            else:
-                engine = ReplayEngine(self.train_dataloader)
+            # Single-controller: presented as the rollout controller returns batches.
+            present = as_inline_rtensors if self._single_controller else None
+            engine = ReplayEngine(self.train_dataloader, present)
             engine.initialize()
             return engine
         allow_sglang_client_without_sglang()
@@ -181,7 +181,8 @@ class DebugPPOTrainer(PPOTrainer):
             )
         if self._dumping and not is_eval:
             if self._single_controller:
-                self._fetch_in_background()
+                # The fetch of the batch's RTensors runs while the step trains.
+                self._fetcher = BatchFetcher()
                 record_controller_batches(engine, self._record_batch)
                 return engine
             return RecordingEngine(engine, self._record_batch)
@@ -191,11 +192,9 @@ class DebugPPOTrainer(PPOTrainer):
         """Single-controller mode with ``AREAL_LLM_SERVER_ADDRS`` set: AReaL's
         rollout controller and workers attach to those running servers (as AReaL's
         own eval rollout does) instead of launching SGLang/vLLM. ``None`` otherwise."""
-        dp_size = self.rollout_alloc.parallel.dp_size
-        if self.debug.enabled:
-            infos = server_infos_from_env(dp_size)
-        else:
-            infos = None
+        if not self.debug.enabled:
+            return None
+        infos = server_infos_from_env(self.rollout_alloc.parallel.dp_size)
         if infos is None:
             return None
         if rollout_config._version == "v2":
@@ -287,14 +286,6 @@ class DebugPPOTrainer(PPOTrainer):
                 )
             dist.barrier(group=self.actor.cpu_group)
 
-    def _clear_only_stored_batches(self) -> None:
-        clear = self.actor.clear_batches
-
-        def clear_stored(*targets):
-            return clear(*(without_inline_rtensors(t) for t in targets))
-
-        self.actor.clear_batches = clear_stored
-
     def _skip_weight_update(self, meta) -> None:
         # Nothing receives weights in replay; saving them each step would only cost time.
         pass
@@ -359,18 +350,6 @@ class DebugPPOTrainer(PPOTrainer):
                 json.dumps(dataclasses.asdict(self.config), default=str)
             ),
         }
-
-    def _fetch_in_background(self) -> None:
-        """The recording's RTensor fetch runs while the step trains; AReaL's
-        ``clear_batches`` (which drops the workers' copies) waits for it."""
-        self._fetcher = BatchFetcher()
-        clear = self.actor.clear_batches
-
-        def clear_after_fetch(*targets):
-            self._fetcher.wait()
-            return clear(*targets)
-
-        self.actor.clear_batches = clear_after_fetch
 
     def _record_batch(self, batch) -> None:
         if self._writer is None:
@@ -481,6 +460,19 @@ class DebugPPOTrainer(PPOTrainer):
             f"{target} are compared too."
         )
 
+    def _wrap_clear_batches(self) -> None:
+        """AReaL's ``clear_batches`` at step end drops the workers' copies of the
+        batch: a dump's background fetch must be done by then, and a replay's
+        inline RTensors, stored on no worker, are left out."""
+        clear = self.actor.clear_batches
+
+        def clear_batches(*targets):
+            if self._fetcher is not None:
+                self._fetcher.wait()
+            return clear(*(without_inline_rtensors(t) for t in targets))
+
+        self.actor.clear_batches = clear_batches
+
     # -- RNG states at the dump point -------------------------------------------------
     def _wrap_prepare_batch(self) -> None:
         """Capture (dump) or restore (replay) every rank's RNG states right after
@@ -572,5 +564,4 @@ class DebugPPOTrainer(PPOTrainer):
 
     def _reap_workers(self) -> None:
         if self._reaper is not None:
-            self._reaper.watch(getattr(self, "scheduler", None))
             self._reaper.reap()

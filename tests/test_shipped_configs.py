@@ -15,6 +15,7 @@ CONFIGS = sorted(glob.glob(os.path.join(REPO, "configs", "*.yaml")))
 def test_there_are_configs():
     assert {os.path.basename(c) for c in CONFIGS} >= {
         "tiny_cpu.yaml",
+        "tiny_cpu_sc.yaml",
         "gsm8k_grpo_debug.yaml",
     }
 
