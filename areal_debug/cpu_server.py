@@ -325,6 +325,21 @@ if __name__ == "__main__":
 CPU_SERVER_ENV = "AREAL_DEBUG_CPU_SERVER"
 
 
+def missing_sglang_error() -> RuntimeError:
+    """What to do when AReaL stopped on a missing ``sglang`` package: AReaL
+    1.0.4 fails inside ``SGLangConfig.build_args`` with ``PackageNotFoundError:
+    sglang``, which says nothing about the way out."""
+    return RuntimeError(
+        "The rollout backend is sglang, but the sglang package is not installed: "
+        "AReaL 1.0.4 checks its version before building even the SGLang client "
+        "(SGLangConfig.build_args). On a GPU machine, install sglang. If "
+        "areal-debug's CPU server (or another server speaking SGLang's HTTP API) "
+        f"stands in, set {CPU_SERVER_ENV}=1 and point AREAL_LLM_SERVER_ADDRS at "
+        "it (AReaL's SPMD launchers set the address themselves; in "
+        "single-controller mode set it in the controller's environment)."
+    )
+
+
 def allow_sglang_client_without_sglang() -> bool:
     """Let AReaL build its SGLang client when the CPU server stands in for SGLang.
 

@@ -17,6 +17,7 @@ import json
 import os
 import platform
 from copy import deepcopy
+from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as pkg_version
 from typing import Any
 
@@ -32,7 +33,10 @@ from areal.utils.stats_logger import StatsLogger
 
 from areal_debug import checkpoints, rng_state
 from areal_debug.config import DebugConfig
-from areal_debug.cpu_server import allow_sglang_client_without_sglang
+from areal_debug.cpu_server import (
+    allow_sglang_client_without_sglang,
+    missing_sglang_error,
+)
 from areal_debug.determinism import current_settings, differences, enable_determinism
 from areal_debug.engines import RecordingEngine, ReplayEngine
 from areal_debug.replay_loader import ReplayDataLoader
@@ -176,9 +180,14 @@ class DebugPPOTrainer(PPOTrainer):
         else:
             engine = None
         if engine is None:
-            engine = super()._init_rollout(
-                rollout_config, is_eval=is_eval, lora_path=lora_path
-            )
+            try:
+                engine = super()._init_rollout(
+                    rollout_config, is_eval=is_eval, lora_path=lora_path
+                )
+            except PackageNotFoundError as e:
+                if not self.debug.enabled or e.name != "sglang":
+                    raise
+                raise missing_sglang_error() from e
         if self._dumping and not is_eval:
             if self._single_controller:
                 # The fetch of the batch's RTensors runs while the step trains.

@@ -263,3 +263,17 @@ def test_sigterm_to_the_controller_leaves_no_worker(sc_workdir, sc_dump):
         lambda proc: proc.send_signal(signal.SIGTERM),
     )
     assert rc == 128 + signal.SIGTERM
+
+
+def test_dump_without_sglang_or_a_server_says_what_to_do(sc_workdir):
+    # No AREAL_LLM_SERVER_ADDRS: AReaL would launch SGLang, which is not installed.
+    run = run_example(
+        sc_workdir,
+        "no-server",
+        SC,
+        ["debug.dump_rollout_data=true", "total_train_steps=1", "trial_name=nosrv"],
+    )
+    assert run.returncode != 0
+    assert "the sglang package is not installed" in run.log
+    assert "AREAL_DEBUG_CPU_SERVER=1 and point AREAL_LLM_SERVER_ADDRS" in run.log
+    assert_no_workers_left(sc_workdir)
