@@ -178,6 +178,24 @@ def run_mode(
     return time.monotonic() - t0
 
 
+def run_env(workdir: Path, sc: bool = False, server_addr: str | None = None) -> dict:
+    """The example's environment in either mode; with ``server_addr`` the CPU
+    server stands in for SGLang."""
+    env = {
+        **os.environ,
+        "AREAL_DEBUG_WORKDIR": str(workdir),
+        "OMP_NUM_THREADS": "1",
+    }
+    env.pop("AREAL_LLM_SERVER_ADDRS", None)
+    env.pop("AREAL_SPMD_MODE", None)
+    if not sc:
+        env["AREAL_SPMD_MODE"] = "1"
+    if server_addr is not None:
+        env["AREAL_LLM_SERVER_ADDRS"] = server_addr
+        env["AREAL_DEBUG_CPU_SERVER"] = "1"
+    return env
+
+
 def replay_command(workdir: Path, nproc: int, steps: int, sc: bool = False) -> str:
     env = f"AREAL_DEBUG_WORKDIR={shlex.quote(str(workdir))} OMP_NUM_THREADS=1"
     if sc:
@@ -287,15 +305,7 @@ def run_demo(
     say(f"[1/4] tiny model and arithmetic dataset in {wd}")
     build_tiny_model(str(wd / "model"))
     write_dataset(str(wd / "data.jsonl"), n=64)
-    base_env = {
-        **os.environ,
-        "AREAL_DEBUG_WORKDIR": str(wd),
-        "OMP_NUM_THREADS": "1",
-    }
-    base_env.pop("AREAL_LLM_SERVER_ADDRS", None)
-    base_env.pop("AREAL_SPMD_MODE", None)
-    if not sc:
-        base_env["AREAL_SPMD_MODE"] = "1"
+    base_env = run_env(wd, sc)
     how = "single-controller mode" if sc else "SPMD mode"
 
     say("[2/4] starting the CPU inference server (SGLang HTTP protocol)")
@@ -305,11 +315,7 @@ def run_demo(
             f"[2/4] dump in {how}: {steps} GRPO steps on {nproc} trainer "
             f"process(es), rollouts from the server at {addr}"
         )
-        dump_env = {
-            **base_env,
-            "AREAL_LLM_SERVER_ADDRS": addr,
-            "AREAL_DEBUG_CPU_SERVER": "1",
-        }
+        dump_env = run_env(wd, sc, server_addr=addr)
         dump_time = run_mode(wd, "dump", nproc, steps, dump_env, sc)
     finally:
         _end(server)

@@ -129,37 +129,21 @@ def run_logged(cmd, workdir, name, env, timeout) -> tuple[int, str]:
         return rc, f.read()
 
 
-EXAMPLE_SCRIPT = os.path.join(REPO, "examples", "rlvr_debug.py")
-EXAMPLE_CONFIGS = {
-    "spmd": os.path.join(REPO, "configs", "tiny_cpu.yaml"),
-    "single-controller": os.path.join(REPO, "configs", "tiny_cpu_sc.yaml"),
-}
-
-
 def example_command(mode: str, overrides: list[str], nproc: int = 1) -> list[str]:
-    """The shipped example in SPMD mode (torchrun) or single-controller mode
-    (a plain process: the controller)."""
-    launch = [sys.executable]
-    if mode == "spmd":
-        launch += [
-            "-m",
-            "torch.distributed.run",
-            f"--nproc-per-node={nproc}",
-            f"--master-port={free_port()}",
-        ]
-    return [*launch, EXAMPLE_SCRIPT, "--config", EXAMPLE_CONFIGS[mode], *overrides]
+    """The shipped example as the demo starts it: under torchrun (``spmd``, also
+    for replays) or as a plain process, the controller (``single-controller``)."""
+    from areal_debug import demo
+
+    sc = mode == "single-controller"
+    config = demo.CONFIG_SC if sc else demo.CONFIG
+    launch = demo.trainer_command("dump", nproc, sc)
+    return [*launch, str(demo.SCRIPT), "--config", str(config), *overrides]
 
 
 def example_env(workdir, mode: str, server_addr: str | None = None) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "AREAL_DEBUG_WORKDIR": str(workdir)}
-    env.pop("AREAL_SPMD_MODE", None)
-    env.pop("AREAL_LLM_SERVER_ADDRS", None)
-    if mode == "spmd":
-        env["AREAL_SPMD_MODE"] = "1"
-    if server_addr is not None:
-        env["AREAL_LLM_SERVER_ADDRS"] = server_addr
-        env["AREAL_DEBUG_CPU_SERVER"] = "1"
-    return env
+    from areal_debug.demo import run_env
+
+    return run_env(workdir, mode == "single-controller", server_addr)
 
 
 def run_example(
