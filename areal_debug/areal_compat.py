@@ -1,0 +1,502 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The one door to AReaL: every private or undocumented AReaL symbol areal-debug uses.
+
+Each entry names the AReaL 1.0.4 file (wheel) it mirrors; ``tests/test_areal_contract.py``
+checks every entry against the installed AReaL, so a release that moves one fails
+that test, naming it, instead of a training run on a cluster. Public, documented
+API (``PPOTrainer``, ``PPOConfig``, ``load_expr_config``, ``areal.utils.logging``)
+is imported where it is used.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shlex
+import subprocess
+import sys
+import warnings
+from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as pkg_version
+from typing import Any
+
+from areal.trainer.rl_trainer import PPOTrainer
+from areal.utils import logging
+
+logger = logging.getLogger("DebugArealCompat")
+
+# -- supported versions ---------------------------------------------------------------
+SUPPORTED_AREAL = ((1, 0, 4), (1, 1, 0))  # [low, high)
+ALLOW_ANY_VERSION_ENV = "AREAL_DEBUG_ALLOW_ANY_AREAL"
+
+
+class UnsupportedArealError(RuntimeError):
+    """The installed AReaL is outside the range this areal-debug was checked against."""
+
+
+def _parse_version(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split(".")[:3]:
+        digits = "".join(c for c in piece if c.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts + [0] * (3 - len(parts)))
+
+
+def check_areal_version(installed: str | None = None) -> str:
+    """Return the installed AReaL version; raise one clear error if unsupported.
+
+    Setting ``AREAL_DEBUG_ALLOW_ANY_AREAL=1`` turns the error into a warning, for
+    trying a new AReaL before ``tests/test_areal_contract.py`` has passed on it.
+    """
+    if installed is None:
+        try:
+            installed = pkg_version("areal")
+        except PackageNotFoundError:  # an editable or vendored AReaL
+            import areal
+
+            installed = getattr(areal, "__version__", "0")
+    low, high = SUPPORTED_AREAL
+    if low <= _parse_version(installed) < high:
+        return installed
+    msg = (
+        f"areal-debug supports AReaL >= {'.'.join(map(str, low))} and < "
+        f"{'.'.join(map(str, high))}, but AReaL {installed} is installed. "
+        "areal-debug reaches into AReaL's trainer, launchers and single-controller "
+        "internals, which change between releases. Install a supported AReaL "
+        "(pip install areal==1.0.4), or set "
+        f"{ALLOW_ANY_VERSION_ENV}=1 to try anyway after running "
+        "tests/test_areal_contract.py against it."
+    )
+    if os.environ.get(ALLOW_ANY_VERSION_ENV) == "1":
+        logger.warning(msg)
+        return installed
+    raise UnsupportedArealError(msg)
+
+
+# -- the trainer's overridable hooks -----------------------------------------------------
+class TrainerHooks(PPOTrainer):
+    """AReaL's private ``PPOTrainer`` hooks (``areal/trainer/rl_trainer.py``) under
+    public names. Subclasses override the public names; ``super()`` reaches the next
+    class in the MRO, so a user's own ``PPOTrainer`` subclass composes."""
+
+    # rl_trainer.py:915 PPOTrainer._init_scheduler
+    def _init_scheduler(self):
+        return self.build_scheduler()
+
+    def build_scheduler(self):
+        return super(TrainerHooks, self)._init_scheduler()
+
+    # rl_trainer.py:925 PPOTrainer._create_dataloader
+    def _create_dataloader(self, dataset, dataset_config, rank, world_size):
+        return self.build_dataloader(dataset, dataset_config, rank, world_size)
+
+    def build_dataloader(self, dataset, dataset_config, rank, world_size):
+        return super(TrainerHooks, self)._create_dataloader(
+            dataset, dataset_config, rank, world_size
+        )
+
+    # rl_trainer.py:1005 PPOTrainer._init_rollout (rollout and eval rollout)
+    def _init_rollout(self, rollout_config, is_eval=False, lora_path=None):
+        return self.build_inference_engine(rollout_config, is_eval, lora_path)
+
+    def build_inference_engine(self, rollout_config, is_eval=False, lora_path=None):
+        return super(TrainerHooks, self)._init_rollout(
+            rollout_config, is_eval=is_eval, lora_path=lora_path
+        )
+
+    # rl_trainer.py:1192 PPOTrainer._save_recover_checkpoint
+    def _save_recover_checkpoint(self, epoch: int, epoch_step: int, global_step: int):
+        return self.save_recover_checkpoint(epoch, epoch_step, global_step)
+
+    def save_recover_checkpoint(self, epoch: int, epoch_step: int, global_step: int):
+        return super(TrainerHooks, self)._save_recover_checkpoint(
+            epoch, epoch_step, global_step
+        )
+
+    # rl_trainer.py:1241 PPOTrainer._evaluate
+    def _evaluate(
+        self, eval_workflow, eval_workflow_kwargs, epoch, epoch_step, global_step
+    ):
+        return self.evaluate(
+            eval_workflow, eval_workflow_kwargs, epoch, epoch_step, global_step
+        )
+
+    def evaluate(
+        self, eval_workflow, eval_workflow_kwargs, epoch, epoch_step, global_step
+    ):
+        return super(TrainerHooks, self)._evaluate(
+            eval_workflow, eval_workflow_kwargs, epoch, epoch_step, global_step
+        )
+
+    # rl_trainer.py:1379 PPOTrainer._ensure_proxy_started (agent workflows)
+    def _ensure_proxy_started(self) -> None:
+        return self.start_agent_proxy()
+
+    def start_agent_proxy(self) -> None:
+        return super(TrainerHooks, self)._ensure_proxy_started()
+
+    # rl_trainer.py:1269 PPOTrainer._export_and_commit_stats
+    def _export_and_commit_stats(self, epoch: int, epoch_step: int, global_step: int):
+        return self.commit_step_stats(epoch, epoch_step, global_step)
+
+    def commit_step_stats(self, epoch: int, epoch_step: int, global_step: int):
+        return super(TrainerHooks, self)._export_and_commit_stats(
+            epoch, epoch_step, global_step
+        )
+
+
+def export_and_commit_stats(
+    trainer: PPOTrainer,
+    epoch: int,
+    epoch_step: int,
+    global_step: int,
+    on_stats: Callable[[dict], None],
+) -> None:
+    """``PPOTrainer._export_and_commit_stats`` (rl_trainer.py:1269-1279) with
+    ``on_stats`` called on the step's statistics just before they are committed."""
+    import torch.distributed as dist
+    from areal.infra import current_platform
+    from areal.utils.environ import is_single_controller
+
+    stats = trainer.actor.export_stats()
+    stats.update(trainer.rollout.export_stats())
+    if trainer.eval_rollout is not None:
+        stats.update(trainer.eval_rollout.export_stats())
+    on_stats(stats)
+    trainer.stats_logger.commit(epoch, epoch_step, global_step, stats)
+    if not is_single_controller():
+        dist.barrier(group=trainer.actor.cpu_group)
+        current_platform.synchronize()
+
+
+# -- trainer state read by areal-debug -------------------------------------------------
+def single_controller_mode() -> bool:
+    """areal/utils/environ.py is_single_controller: no AREAL_SPMD_MODE=1."""
+    from areal.utils.environ import is_single_controller
+
+    return is_single_controller()
+
+
+def trains_on_cpu() -> bool:
+    """areal/infra/platforms: the current platform's device is the CPU."""
+    import torch
+    from areal.infra import current_platform
+
+    return torch.device(current_platform.current_device()).type == "cpu"
+
+
+def recover_start_step(trainer: PPOTrainer) -> int:
+    """The first step ``PPOTrainer.train`` runs (rl_trainer.py:562-566)."""
+    info = trainer.recover_info
+    return 0 if info is None else info.last_step_info.next().global_step
+
+
+def last_recover_step(trainer: PPOTrainer) -> int | None:
+    """The global step of the last recover checkpoint AReaL saved
+    (areal/utils/recover.py RecoverHandler.last_step_info)."""
+    info = getattr(trainer.recover_handler, "last_step_info", None)
+    return None if info is None else info.global_step
+
+
+def cpu_group(trainer: PPOTrainer):
+    """The actor's gloo group PPOTrainer itself barriers on (SPMD only)."""
+    return trainer.actor.cpu_group
+
+
+def train_dp_size(trainer: PPOTrainer) -> int:
+    """Training data-parallel size of the actor's allocation (rl_trainer.py:133)."""
+    return trainer.actor_alloc.parallel.dp_size
+
+
+def train_world_size(trainer: PPOTrainer) -> int:
+    return trainer.actor_alloc.parallel.world_size
+
+
+def rollout_dp_size(trainer: PPOTrainer) -> int:
+    return trainer.rollout_alloc.parallel.dp_size
+
+
+def rollout_backend(trainer: PPOTrainer) -> str:
+    return trainer.rollout_alloc.backend
+
+
+def rollout_controller_version(rollout_config) -> str:
+    """InferenceEngineConfig._version (areal/api/cli_args.py:1212): v1 or v2."""
+    return getattr(rollout_config, "_version", "v1")
+
+
+def stats_log_dir(trainer: PPOTrainer) -> str:
+    """Where AReaL's StatsLogger writes this trial's logs (utils/stats_logger.py)."""
+    from areal.utils.stats_logger import StatsLogger
+
+    return StatsLogger.get_log_path(trainer.config.stats_logger)
+
+
+# -- instance patches (where AReaL offers no hook) ---------------------------------------
+class MethodPatches:
+    """Instance attributes replacing AReaL methods, installed and removed here only.
+
+    Used for ``actor.prepare_batch`` (RNG states and the step clock at the point a
+    step's batch is ready), ``actor.update_weights`` (nothing to send in replay),
+    ``actor.clear_batches`` and the rollout controller's ``prepare_batch`` /
+    ``rollout_batch`` (single-controller), which PPOTrainer calls directly.
+    """
+
+    def __init__(self):
+        self._installed: list[tuple[Any, str, bool, Any]] = []
+
+    def wrap(self, obj: Any, name: str, make: Callable[[Callable], Callable]) -> None:
+        """Replace ``obj.name`` by ``make(original)``."""
+        had_own = name in getattr(obj, "__dict__", {})
+        original = getattr(obj, name)
+        self._installed.append((obj, name, had_own, obj.__dict__.get(name)))
+        setattr(obj, name, make(original))
+
+    def remove_all(self) -> None:
+        while self._installed:
+            obj, name, had_own, own = self._installed.pop()
+            if had_own:
+                setattr(obj, name, own)
+            else:
+                try:
+                    delattr(obj, name)
+                except AttributeError:
+                    pass
+
+
+# -- the sglang version guard ------------------------------------------------------------
+def _pkg_version_module():
+    from areal.utils import pkg_version as module
+
+    return module
+
+
+class SglangGuard:
+    """AReaL 1.0.4's ``PPOTrainer._init_rollout`` computes SGLang *server* arguments
+    even in SPMD mode (``SGLangConfig.build_args``), and that refuses to run unless
+    the GPU-only ``sglang`` package is installed (``areal/utils/pkg_version.py
+    is_version_greater_or_equal``). When a CPU stand-in serves SGLang's protocol,
+    that one check answers yes for sglang while the engine is built."""
+
+    def __init__(self):
+        self._original = None
+
+    def relax(self) -> None:
+        module = _pkg_version_module()
+        if self._original is not None:
+            return
+        original = module.is_version_greater_or_equal
+        self._original = original
+
+        def relaxed(package_name: str, target_version: str) -> bool:
+            if package_name == "sglang":
+                return True
+            return original(package_name, target_version)
+
+        module.is_version_greater_or_equal = relaxed
+
+    def restore(self) -> None:
+        if self._original is not None:
+            _pkg_version_module().is_version_greater_or_equal = self._original
+            self._original = None
+
+
+# -- single-controller internals -------------------------------------------------------
+def rtensor_types():
+    """(RTensor, TensorShardInfo) of areal/infra/rpc/rtensor.py."""
+    from areal.infra.rpc.rtensor import RTensor, TensorShardInfo
+
+    return RTensor, TensorShardInfo
+
+
+def fetch_rtensor_shards(shards: list) -> list:
+    """Fetch RTensor shards into fresh tensors (rtensor.py get_backend().fetch)."""
+    from areal.infra.rpc.rtensor import get_backend
+
+    return get_backend().fetch(shards)
+
+
+def unpad_trajectory(traj: dict) -> dict | None:
+    """The padding trim ``RTensor.remotize`` applies (rtensor.py:429,
+    areal/utils/data.py split_and_unpad_tensor), for one trajectory dict."""
+    from areal.utils.data import split_and_unpad_tensor
+
+    mask = traj["attention_mask"]
+    compacted = split_and_unpad_tensor(
+        traj, n_trajs=1, traj_group_sizes=[mask.shape[0]]
+    )
+    return None if compacted is None else compacted[0]
+
+
+def train_item_weight(traj: dict) -> int:
+    """The weight AReaL's train controller orders and balances trajectories by
+    (areal/infra/controller/train_controller.py:61 _item_weight)."""
+    from areal.infra.controller.train_controller import _item_weight
+
+    return _item_weight(traj)
+
+
+def inference_server_info(host: str, port: int):
+    """areal/api/io_struct.py LocalInfServerInfo of an already-running server."""
+    from areal.api.io_struct import LocalInfServerInfo
+
+    return LocalInfServerInfo(host=host, port=port, process=None)
+
+
+def rollout_controller_class(backend: str):
+    """The remote engine class whose ``as_controller`` builds the rollout controller
+    (areal/engine/sglang_remote.py:588, vllm_remote.py:540)."""
+    from areal.engine import RemoteSGLangEngine, RemotevLLMEngine
+
+    engines = {"sglang": RemoteSGLangEngine, "vllm": RemotevLLMEngine}
+    if backend not in engines:
+        raise ValueError(
+            f"Invalid rollout backend {backend!r}, expected one of {sorted(engines)}."
+        )
+    return engines[backend]
+
+
+def scheduler_has_workers(scheduler: Any) -> bool:
+    """LocalScheduler._workers (areal/infra/scheduler/local.py:172) is non-empty."""
+    return bool(getattr(scheduler, "_workers", None))
+
+
+# -- recover checkpoints ------------------------------------------------------------------
+def recover_paths(config, trial: str, names: list[str]) -> tuple[str, dict[str, str]]:
+    """(recover info dir, {model name: recover checkpoint dir}) of a trial:
+    areal/utils/recover.py:168 RecoverHandler.recover_info_path and
+    areal/utils/saver.py:79 Saver.get_recover_checkpoint_path."""
+    from areal.utils.recover import RecoverHandler
+    from areal.utils.saver import Saver
+
+    exp, root = config.experiment_name, config.cluster.fileroot
+    info = RecoverHandler.recover_info_path(exp, trial, root)
+    ckpts = {
+        n: Saver.get_recover_checkpoint_path(exp, trial, root, name=n) for n in names
+    }
+    return info, ckpts
+
+
+DATALOADER_INFO = "dataloader_info.pkl"
+
+
+def write_dataloader_state(info_dir: str, state: dict, world_size: int) -> None:
+    """Set the dataloader state a recover checkpoint restores.
+
+    AReaL's RecoverInfo (areal/utils/recover.py:91, :125) writes and reads
+    ``dataloader_info.pkl`` with pickle itself, one entry per rank in SPMD mode;
+    areal-debug writes only plain JSON values into it.
+    """
+    with open(os.path.join(info_dir, DATALOADER_INFO), "wb") as f:
+        pickle.dump([state] * world_size, f)
+
+
+# -- allocation strings ------------------------------------------------------------------
+def parse_allocation(alloc: str):
+    """areal/api/alloc_mode.py:383 _AllocationMode.from_str (deprecation
+    warnings silenced); raises what AReaL raises on a bad string."""
+    from areal.api.alloc_mode import _AllocationMode
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _AllocationMode.from_str(alloc)
+
+
+def allocation_train_world_size(alloc: str) -> int:
+    return parse_allocation(alloc).train.world_size
+
+
+# -- launchers ----------------------------------------------------------------------------
+def parse_launcher_cli_args(argv: list[str]):
+    """The raw config AReaL's launchers compose (areal/infra/launcher/local.py
+    parse_cli_args)."""
+    from areal.infra.launcher import local as areal_local
+
+    return areal_local.parse_cli_args(argv)[0]
+
+
+def device_control_env_var() -> str:
+    """The platform's visible-devices variable (empty on CPU)."""
+    from areal.infra import current_platform
+
+    return current_platform.device_control_env_var
+
+
+def cpu_safe_local_launcher_class():
+    """AReaL's LocalLauncher (areal/infra/launcher/local.py:88) with two CPU
+    problems fixed, nothing else changed.
+
+    1. ``CpuPlatform.device_control_env_var`` is empty, so AReaL emits
+       ``=0 stdbuf ...`` and the shell fails: on CPU no device variable is set.
+    2. Every job runs as ``cmd 2>&1 | tee log`` under /bin/sh, whose status is
+       tee's, so a failed trainer looks finished and a finished one is reported
+       as ``JobException(COMPLETED)``: run it under ``bash -o pipefail`` and keep
+       the Popen, so the real exit status can be read.
+
+    ``submit_array`` mirrors LocalLauncher.submit_array (local.py:121) and its
+    private ``_jobs``, ``_job_counter``, ``_gpu_devices``, ``_gpu_counter``.
+    """
+    from areal.infra.launcher import local as areal_local
+
+    class CpuSafeLocalLauncher(areal_local.LocalLauncher):
+        extra_env: dict[str, str] = {}
+        # Every process started, by job name; AReaL's stop_all forgets its own table.
+        started: dict[str, subprocess.Popen] = {}
+
+        def submit_array(self, job_name, cmd, count=1, gpu=0, env_vars=None):
+            env_vars = {**(env_vars or {}), **self.extra_env}
+            if not isinstance(cmd, list):
+                cmd = [cmd] * count
+            offset = self._job_counter[job_name]
+            device_var = device_control_env_var()
+            for i in range(count):
+                job_env = dict(env_vars)
+                if gpu > 0 and device_var:
+                    devices = []
+                    for _ in range(gpu):
+                        devices.append(
+                            self._gpu_devices[self._gpu_counter % len(self._gpu_devices)]
+                        )
+                        self._gpu_counter += 1
+                    job_env[device_var] = ",".join(str(d) for d in devices)
+                c = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in job_env.items())
+                log = shlex.quote(self.log_path_of(job_name))
+                c = f"{c} stdbuf -oL {cmd[i]} 2>&1 | tee -a {log}"
+                logger.info("Starting local process with command: %s", c)
+                process = subprocess.Popen(
+                    ["bash", "-o", "pipefail", "-c", c],
+                    stdout=sys.stdout,
+                    stderr=sys.stdout,
+                )
+                self._jobs[f"{job_name}/{offset + i}"] = process
+                type(self).started[f"{job_name}/{offset + i}"] = process
+                self._job_counter[job_name] += 1
+
+        def forget_jobs(self) -> None:
+            """Drop the job table without stopping anything (tests)."""
+            self._jobs.clear()
+
+    return CpuSafeLocalLauncher
+
+
+def job_exception_types():
+    """(JobException, JobState) of areal/infra/utils/launcher.py."""
+    from areal.infra.utils.launcher import JobException, JobState
+
+    return JobException, JobState
+
+
+def areal_launcher_module(kind: str):
+    """areal/infra/launcher/{local,ray,slurm}.py: ``<kind>_main`` and the launcher
+    class attribute it instantiates."""
+    import importlib
+
+    return importlib.import_module(f"areal.infra.launcher.{kind}")
+
+
+LAUNCHER_CLASS_ATTR = {
+    "local": "LocalLauncher",
+    "ray": "RayLauncher",
+    "slurm": "SlurmLauncher",
+}
