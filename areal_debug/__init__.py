@@ -1,28 +1,27 @@
 # SPDX-License-Identifier: Apache-2.0
 """areal-debug: record AReaL rollout batches, replay training steps bit for bit."""
 
-from areal_debug.config import (
-    DebugConfig,
-    DebugGRPOConfig,
-    DebugPPOConfig,
-    load_expr_config,
-)
-from areal_debug.replay_loader import ReplayDataLoader
+from __future__ import annotations
 
-__all__ = [
-    "DebugConfig",
-    "DebugGRPOConfig",
-    "DebugPPOConfig",
-    "DebugPPOTrainer",
-    "ReplayDataLoader",
-    "load_expr_config",
-]
+import importlib
+
+# Name -> module. Loaded on first use: AReaL's config module takes seconds to
+# import and its trainer ~8 s, which light users (the CLI, areal_debug.testing)
+# never need.
+_EXPORTS = {
+    "DebugConfig": "areal_debug.config",
+    "DebugGRPOConfig": "areal_debug.config",
+    "DebugPPOConfig": "areal_debug.config",
+    "load_expr_config": "areal_debug.config",
+    "DebugPPOTrainer": "areal_debug.trainer",
+    "ReplayDataLoader": "areal_debug.replay_loader",
+}
+
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str):
-    # The trainer imports all of AReaL's engines (~8 s); load it only when asked.
-    if name == "DebugPPOTrainer":
-        from areal_debug.trainer import DebugPPOTrainer
-
-        return DebugPPOTrainer
-    raise AttributeError(f"module 'areal_debug' has no attribute {name!r}")
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'areal_debug' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

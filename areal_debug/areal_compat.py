@@ -85,23 +85,21 @@ class TrainerHooks(PPOTrainer):
         return self.build_scheduler()
 
     def build_scheduler(self):
-        return super(TrainerHooks, self)._init_scheduler()
+        return super()._init_scheduler()
 
     # rl_trainer.py:925 PPOTrainer._create_dataloader
     def _create_dataloader(self, dataset, dataset_config, rank, world_size):
         return self.build_dataloader(dataset, dataset_config, rank, world_size)
 
     def build_dataloader(self, dataset, dataset_config, rank, world_size):
-        return super(TrainerHooks, self)._create_dataloader(
-            dataset, dataset_config, rank, world_size
-        )
+        return super()._create_dataloader(dataset, dataset_config, rank, world_size)
 
     # rl_trainer.py:1005 PPOTrainer._init_rollout (rollout and eval rollout)
     def _init_rollout(self, rollout_config, is_eval=False, lora_path=None):
         return self.build_inference_engine(rollout_config, is_eval, lora_path)
 
     def build_inference_engine(self, rollout_config, is_eval=False, lora_path=None):
-        return super(TrainerHooks, self)._init_rollout(
+        return super()._init_rollout(
             rollout_config, is_eval=is_eval, lora_path=lora_path
         )
 
@@ -110,9 +108,7 @@ class TrainerHooks(PPOTrainer):
         return self.save_recover_checkpoint(epoch, epoch_step, global_step)
 
     def save_recover_checkpoint(self, epoch: int, epoch_step: int, global_step: int):
-        return super(TrainerHooks, self)._save_recover_checkpoint(
-            epoch, epoch_step, global_step
-        )
+        return super()._save_recover_checkpoint(epoch, epoch_step, global_step)
 
     # rl_trainer.py:1241 PPOTrainer._evaluate
     def _evaluate(
@@ -125,7 +121,7 @@ class TrainerHooks(PPOTrainer):
     def evaluate(
         self, eval_workflow, eval_workflow_kwargs, epoch, epoch_step, global_step
     ):
-        return super(TrainerHooks, self)._evaluate(
+        return super()._evaluate(
             eval_workflow, eval_workflow_kwargs, epoch, epoch_step, global_step
         )
 
@@ -134,16 +130,14 @@ class TrainerHooks(PPOTrainer):
         return self.start_agent_proxy()
 
     def start_agent_proxy(self) -> None:
-        return super(TrainerHooks, self)._ensure_proxy_started()
+        return super()._ensure_proxy_started()
 
     # rl_trainer.py:1269 PPOTrainer._export_and_commit_stats
     def _export_and_commit_stats(self, epoch: int, epoch_step: int, global_step: int):
         return self.commit_step_stats(epoch, epoch_step, global_step)
 
     def commit_step_stats(self, epoch: int, epoch_step: int, global_step: int):
-        return super(TrainerHooks, self)._export_and_commit_stats(
-            epoch, epoch_step, global_step
-        )
+        return super()._export_and_commit_stats(epoch, epoch_step, global_step)
 
 
 def export_and_commit_stats(
@@ -456,7 +450,9 @@ def cpu_safe_local_launcher_class():
                     devices = []
                     for _ in range(gpu):
                         devices.append(
-                            self._gpu_devices[self._gpu_counter % len(self._gpu_devices)]
+                            self._gpu_devices[
+                                self._gpu_counter % len(self._gpu_devices)
+                            ]
                         )
                         self._gpu_counter += 1
                     job_env[device_var] = ",".join(str(d) for d in devices)
@@ -487,16 +483,41 @@ def job_exception_types():
     return JobException, JobState
 
 
-def areal_launcher_module(kind: str):
-    """areal/infra/launcher/{local,ray,slurm}.py: ``<kind>_main`` and the launcher
-    class attribute it instantiates."""
-    import importlib
-
-    return importlib.import_module(f"areal.infra.launcher.{kind}")
-
-
 LAUNCHER_CLASS_ATTR = {
     "local": "LocalLauncher",
     "ray": "RayLauncher",
     "slurm": "SlurmLauncher",
 }
+
+
+def _launcher_module(kind: str):
+    import importlib
+
+    return importlib.import_module(f"areal.infra.launcher.{kind}")
+
+
+def launcher_class(kind: str):
+    """The launcher class AReaL's ``<kind>_main`` instantiates
+    (areal/infra/launcher/{local,ray,slurm}.py), read at call time."""
+    return getattr(_launcher_module(kind), LAUNCHER_CLASS_ATTR[kind])
+
+
+def run_launcher_main(kind: str, config, argv: list[str], launcher_cls=None):
+    """Run AReaL's ``<kind>_main(config, run_id=0)`` as if started with ``argv``.
+
+    AReaL builds every job's command line from ``sys.argv``, so the argv is put
+    there (shell-quoted) for the duration; ``launcher_cls`` replaces the module's
+    launcher class for the duration. Both are restored here, also on failure.
+    """
+    module = _launcher_module(kind)
+    attr = LAUNCHER_CLASS_ATTR[kind]
+    original = getattr(module, attr)
+    saved_argv = sys.argv
+    sys.argv = [saved_argv[0]] + [shlex.quote(a) for a in argv]
+    if launcher_cls is not None:
+        setattr(module, attr, launcher_cls)
+    try:
+        return getattr(module, f"{kind}_main")(config, run_id=0)
+    finally:
+        sys.argv = saved_argv
+        setattr(module, attr, original)

@@ -11,13 +11,11 @@ ReplayDataLoader position as in any resumed run.
 from __future__ import annotations
 
 import os
-import pickle
 import shutil
 
 from areal.utils import logging
-from areal.utils.recover import RecoverHandler
-from areal.utils.saver import Saver
 
+from areal_debug.areal_compat import recover_paths, write_dataloader_state
 from areal_debug.store_format import list_step_dirs, step_dirname
 
 logger = logging.getLogger("DebugCheckpoints")
@@ -27,18 +25,14 @@ _INFO = "recover_info"
 _CHECKPOINTS = "checkpoints"
 
 
-def _paths(config, trial: str, names: list[str]) -> tuple[str, dict[str, str]]:
-    exp, root = config.experiment_name, config.cluster.fileroot
-    info = RecoverHandler.recover_info_path(exp, trial, root)
-    ckpts = {
-        n: Saver.get_recover_checkpoint_path(exp, trial, root, name=n) for n in names
-    }
-    return info, ckpts
+def model_names(config) -> list[str]:
+    """The models a recover checkpoint holds: the actor, and the critic if any."""
+    return ["default"] + (["critic"] if config.critic is not None else [])
 
 
 def keep(config, recording: str, step: int, names: list[str]) -> str:
     """Copy the recover checkpoint just saved for ``step`` into the recording."""
-    info, ckpts = _paths(config, config.trial_name, names)
+    info, ckpts = recover_paths(config, config.trial_name, names)
     dst = os.path.join(recording, KEPT, step_dirname(step))
     tmp = dst + ".partial"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -69,7 +63,7 @@ def install(
     """Put the kept checkpoint of ``step`` where AReaL's RecoverHandler looks for
     this replay's trial, pointing the dataloader position at the next step."""
     src = os.path.join(recording, KEPT, step_dirname(step))
-    info, ckpts = _paths(config, config.trial_name, names)
+    info, ckpts = recover_paths(config, config.trial_name, names)
     shutil.rmtree(info, ignore_errors=True)
     shutil.copytree(os.path.join(src, _INFO), info)
     for name, path in ckpts.items():
@@ -77,8 +71,4 @@ def install(
         shutil.copytree(os.path.join(src, _CHECKPOINTS, name), path)
     # The dump run saved its real dataloader's state; the replay's dataloader
     # is a ReplayDataLoader whose whole state is the next step to yield.
-    # AReaL's RecoverHandler writes and reads this file with pickle itself.
-    state = {"next_step": step + 1}
-    with open(os.path.join(info, "dataloader_info.pkl"), "wb") as f:
-        # One entry per rank, as AReaL saves it in SPMD mode.
-        pickle.dump([state] * world_size, f)
+    write_dataloader_state(info, {"next_step": step + 1}, world_size)

@@ -18,18 +18,16 @@ from areal_debug.store_reader import RecordingReader, format_ranges
 def cmd_inspect(args) -> int:
     reader = RecordingReader(args.path)
     m = reader.manifest
-    layout = m.get("layout", {})
+    layout = m.layout
     print(f"recording   {reader.path}")
     print(
-        f"format      v{m['format_version']} (areal-debug {m.get('areal_debug_version', '?')}, "
-        f"areal {m.get('areal_version', '?')}, torch {m.get('torch_version', '?')})"
+        f"format      v{m.format_version} (areal-debug {m.areal_debug_version or '?'}, "
+        f"areal {m.areal_version or '?'}, torch {m.torch_version or '?'})"
     )
+    print(f"run         {m.experiment_name}/{m.trial_name}, created {m.created}")
     print(
-        f"run         {m.get('experiment_name')}/{m.get('trial_name')}, created {m.get('created')}"
-    )
-    print(
-        f"layout      {layout.get('mode', '?')}, world size {layout.get('world_size', '?')}, "
-        f"training data-parallel size {layout.get('train_dp_size', reader.num_shards)}, "
+        f"layout      {layout.mode}, world size {layout.world_size or '?'}, "
+        f"training data-parallel size {layout.training_dp_size}, "
         f"{reader.num_shards} shard(s) per step, {reader.steps_per_epoch} steps/epoch"
     )
     steps = reader.available_steps()
@@ -85,7 +83,7 @@ def cmd_verify(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from areal_debug.demo import DemoError, run_demo
+    from areal_debug.tooling.demo import DemoError, run_demo
 
     try:
         return run_demo(

@@ -71,6 +71,8 @@ class ReplayEngine:
         # How a recorded batch is presented (single-controller: as RTensors).
         self._transform = transform
         self._batches: Iterator[Batch] | None = None
+        # The recorded step of the last batch served, until the trainer checks it.
+        self._served: int | None = None
         self._version = 0
         # PPOTrainer syncs the staleness manager after a recover; there is none.
         self.workflow_executor = SimpleNamespace(staleness_manager=None)
@@ -90,11 +92,17 @@ class ReplayEngine:
         if self._batches is None:
             self._batches = self._cycle()
         batch = next(self._batches)
+        self._served = self.loader.next_step - 1
         return self._transform(batch) if self._transform is not None else batch
 
     def rollout_batch(self, data: Any = None, *args, **kwargs) -> Batch:
         # The recorded batch stands for whatever data the script passes.
         return self.prepare_batch()
+
+    def take_served_step(self) -> int | None:
+        """The recorded step served since the last call (None if none)."""
+        served, self._served = self._served, None
+        return served
 
     def _cycle(self) -> Iterator[Batch]:
         while True:

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from areal_debug.manifest import Manifest
 from areal_debug.store_format import (
     MANIFEST,
     RNG,
@@ -61,18 +62,27 @@ class RecordingReader:
                 "the directory a dump run (debug.dump_rollout_data=true) wrote; if "
                 "that run was killed before its first step, record again."
             )
-        self.manifest = read_json(manifest_path, "manifest")
-        version = self.manifest.get("format_version")
+        raw = read_json(manifest_path, "manifest")
+        version = raw.get("format_version") if isinstance(raw, dict) else None
         if version not in SUPPORTED_FORMAT_VERSIONS:
+            written_by = (
+                raw.get("areal_debug_version", "?") if isinstance(raw, dict) else "?"
+            )
             raise RecordingError(
                 f"{manifest_path} has format_version={version!r}, but this areal-debug "
                 f"reads format versions {list(SUPPORTED_FORMAT_VERSIONS)}. It was "
-                f"written by areal-debug {self.manifest.get('areal_debug_version', '?')}; "
+                f"written by areal-debug {written_by}; "
                 "install that version (or a newer one that reads it) to replay it."
             )
-        layout = self.manifest.get("layout", {})
-        self.num_shards = int(layout["num_shards"])
-        self.steps_per_epoch = int(layout["steps_per_epoch"])
+        try:
+            self.manifest = Manifest.from_json(raw)
+        except ValueError as e:
+            raise RecordingError(
+                f"{manifest_path} is not a valid manifest: {e}. The file was edited "
+                "or damaged; restore it from a copy or re-record."
+            ) from e
+        self.num_shards = self.manifest.layout.num_shards
+        self.steps_per_epoch = self.manifest.layout.steps_per_epoch
         self._step_meta: dict[int, dict[str, Any]] = {}
 
     # -- which steps exist -------------------------------------------------------

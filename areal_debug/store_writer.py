@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from areal.utils import logging
 
+from areal_debug.manifest import Manifest
 from areal_debug.store_format import (
     FORMAT_VERSION,
     MANIFEST,
@@ -296,27 +297,25 @@ def _close_live_writers() -> None:
             logger.error(f"Recording writer for {writer.path} failed at exit: {e!r}")
 
 
-def write_manifest(path: str, manifest: dict[str, Any]) -> None:
-    """Create or continue a recording at ``path`` (global rank 0 only).
+def write_manifest(path: str, manifest: Manifest | dict[str, Any]) -> None:
+    """Create or continue a recording at ``path`` (the coordinator only).
 
     Continuing is allowed for the same experiment, trial and layout (a resumed
     dump run); anything else is refused so no recording is ever mixed.
     """
+    if isinstance(manifest, dict):
+        manifest = Manifest.from_json(manifest)
     manifest_path = os.path.join(path, MANIFEST)
     if os.path.exists(manifest_path):
-        old = read_json(manifest_path, "manifest")
-        keys = ("format_version", "experiment_name", "trial_name")
+        old = Manifest.from_json(read_json(manifest_path, "manifest"))
         mismatched = {
-            k: (old.get(k), manifest.get(k))
-            for k in keys
-            if old.get(k) != manifest.get(k)
+            k: (getattr(old, k), getattr(manifest, k))
+            for k in ("format_version", "experiment_name", "trial_name")
+            if getattr(old, k) != getattr(manifest, k)
         }
-        old_layout = {
-            k: old.get("layout", {}).get(k) for k in ("num_shards", "steps_per_epoch")
-        }
-        new_layout = {
-            k: manifest["layout"][k] for k in ("num_shards", "steps_per_epoch")
-        }
+        shape = ("num_shards", "steps_per_epoch")
+        old_layout = {k: getattr(old.layout, k) for k in shape}
+        new_layout = {k: getattr(manifest.layout, k) for k in shape}
         if old_layout != new_layout:
             mismatched["layout"] = (old_layout, new_layout)
         if mismatched:
@@ -332,8 +331,8 @@ def write_manifest(path: str, manifest: dict[str, Any]) -> None:
         logger.info(
             f"Continuing the recording at {path} (same experiment, trial and layout)."
         )
-        manifest = {**manifest, "created": old.get("created", manifest["created"])}
-    atomic_write_json(manifest_path, manifest)
+        manifest.created = old.created or manifest.created
+    atomic_write_json(manifest_path, manifest.to_json())
 
 
 def supersede_steps(path: str, first_step: int) -> list[int]:

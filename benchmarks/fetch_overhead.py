@@ -35,7 +35,7 @@ from areal.infra.rpc.serialization import serialize_value
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from dump_overhead import rlvr_batch  # noqa: E402
 
-from areal_debug.single_controller import BatchFetcher, localized_copy  # noqa: E402
+from areal_debug.rtensor_bridge import BatchFetcher, localized_copy  # noqa: E402
 
 NODE = """
 import sys

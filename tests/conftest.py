@@ -10,7 +10,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 @pytest.fixture(scope="session")
 def tiny_assets(tmp_path_factory):
     """The tiny offline model and arithmetic dataset, built once per session."""
-    from areal_debug.tiny_task import build_tiny_model, write_dataset
+    from areal_debug.tooling.tiny_task import build_tiny_model, write_dataset
 
     root = tmp_path_factory.mktemp("assets")
     build_tiny_model(str(root / "model"))

@@ -12,8 +12,8 @@ import shutil
 import pytest
 from support.harness import recording_dir, replay_report, run_torchrun
 
+from areal_debug.stats_comparison import training_stats
 from areal_debug.store_format import shard_payload_name, step_dirname
-from areal_debug.verify import training_stats
 
 pytestmark = pytest.mark.areal
 

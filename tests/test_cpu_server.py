@@ -24,7 +24,7 @@ def server(tiny_assets, tmp_path_factory):
         [
             sys.executable,
             "-m",
-            "areal_debug.cpu_server",
+            "areal_debug.tooling.cpu_server",
             "--model-path",
             str(tiny_assets / "model"),
             "--addr-file",
@@ -167,7 +167,7 @@ def test_stop_token_ends_generation(server):
 def test_weight_update_from_disk_changes_outputs(server, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from areal_debug.tiny_task import build_tiny_model
+    from areal_debug.tooling.tiny_task import build_tiny_model
 
     new = build_tiny_model(str(tmp_path / "new"), seed=123)
     before = greedy(server, PROMPT)

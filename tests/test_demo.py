@@ -17,7 +17,7 @@ def server_processes(workdir) -> list[str]:
     return [
         line
         for line in out.splitlines()
-        if "areal_debug.cpu_server" in line and str(workdir) in line
+        if "areal_debug.tooling.cpu_server" in line and str(workdir) in line
     ]
 
 
@@ -59,13 +59,17 @@ def test_demo_records_and_replays_bit_for_bit(tmp_path, nproc, extra):
     assert "Loaded weights from" in server_log
     dump_log = (wd / "dump.log").read_text()
     assert "RemoteInfEngine" in dump_log
-    # run_replay.sh replays again, passing its arguments on as overrides.
+    # run_replay.sh replays again, passing its arguments on as overrides. No
+    # fixed port: its launcher (SPMD) or the controller's scheduler picks free
+    # ones. Run from another directory: the script holds only absolute paths.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
     rerun = subprocess.run(
         ["bash", str(wd / "run_replay.sh"), "debug.replay_trial_name=again"],
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "MASTER_PORT": "29531"},
+        cwd=elsewhere,
     )
     assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
     (report,) = (wd / "root" / "logs").rglob("again/replay_report.json")

@@ -95,7 +95,7 @@ def test_cpu_launcher_runs_jobs_and_keeps_their_exit_status(tmp_path):
     assert CpuSafeLocalLauncher.started["ok/0"].wait() == 0
     assert CpuSafeLocalLauncher.started["bad/0"].wait() == 3  # not tee's 0
     assert "fine" in open(launcher.log_path_of("ok")).read()
-    launcher._jobs.clear()
+    launcher.forget_jobs()
 
 
 # -- the real launcher, end to end ---------------------------------------------------

@@ -106,20 +106,24 @@ def test_recording_engine_passes_batches_through_and_delegates():
 def test_replay_skips_evaluation_with_one_log_line():
     import logging
 
-    from areal_debug import trainer as trainer_module
-    from areal_debug.trainer import DebugPPOTrainer
+    from areal_debug.modes import replay as replay_module
+    from areal_debug.modes.replay import ReplayMode
+    from areal_debug.topology import SpmdTopology
 
     records = []
     handler = logging.Handler()
     handler.emit = records.append
-    trainer_module.logger.addHandler(handler)
+    replay_module.logger.addHandler(handler)
+
+    def areal_evaluate(*args):
+        raise AssertionError("AReaL's evaluation ran in replay mode")
+
     try:
-        # Only the state _evaluate reads: no engines are needed to test the skip.
-        t = DebugPPOTrainer.__new__(DebugPPOTrainer)
-        t._replaying, t._eval_skip_logged = True, False
+        # Only the state evaluate reads: no engines are needed to test the skip.
+        mode = ReplayMode(trainer=None, debug=None, topology=SpmdTopology())
         for step in range(3):
-            assert t._evaluate(object(), None, 0, step, step) is None
+            assert mode.evaluate(areal_evaluate, object(), None, 0, step, step) is None
     finally:
-        trainer_module.logger.removeHandler(handler)
+        replay_module.logger.removeHandler(handler)
     skipped = [r for r in records if "evaluation rollouts skipped" in r.getMessage()]
     assert len(skipped) == 1

@@ -14,7 +14,7 @@ DROPOUT = ["actor.disable_dropout=false"]
 @pytest.fixture(scope="module")
 def dropout_dump(tmp_path_factory, tiny_assets):
     """3 steps recorded with attention dropout 0.3 active in training."""
-    from areal_debug.tiny_task import build_tiny_model
+    from areal_debug.tooling.tiny_task import build_tiny_model
 
     d = tmp_path_factory.mktemp("dropout")
     build_tiny_model(str(d / "model"), dropout=0.3)

@@ -1,15 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Every YAML in configs/ loads into DebugPPOConfig and says how to run it."""
+"""Every YAML shipped in the package (areal_debug/configs/) loads into
+DebugPPOConfig and says how to run it."""
 
 import glob
 import os
 
 import pytest
-from support.harness import REPO
 
+import areal_debug
 from areal_debug import DebugPPOConfig, load_expr_config
 
-CONFIGS = sorted(glob.glob(os.path.join(REPO, "configs", "*.yaml")))
+CONFIG_DIR = os.path.join(os.path.dirname(areal_debug.__file__), "configs")
+CONFIGS = sorted(glob.glob(os.path.join(CONFIG_DIR, "*.yaml")))
 
 
 def test_there_are_configs():
@@ -38,3 +40,13 @@ def test_config_opens_with_its_commands(path):
     text = "\n".join(header)
     assert "debug.dump_rollout_data=true" in text
     assert "debug.replay_rollout_data=true" in text
+
+
+def test_testing_names_the_shipped_files():
+    from areal_debug import testing
+
+    assert [str(p) for p in testing.shipped_configs()] == CONFIGS
+    assert str(testing.SPMD_CONFIG) in CONFIGS
+    assert str(testing.SINGLE_CONTROLLER_CONFIG) in CONFIGS
+    assert testing.EXAMPLE_SCRIPT.is_file()
+    assert testing.EXAMPLE_SCRIPT.parent.parent == testing.CONFIG_DIR.parent

@@ -25,8 +25,8 @@ from support.harness import (
     start_logged,
 )
 
-from areal_debug.demo import start_server
 from areal_debug.store_reader import RecordingReader
+from areal_debug.testing import start_server
 
 pytestmark = pytest.mark.areal
 

@@ -7,16 +7,18 @@ import threading
 
 import pytest
 import torch
-from areal.infra.controller.train_controller import _item_weight
-from areal.infra.rpc.rtensor import RTensor, TensorShardInfo
 
-import areal_debug.single_controller as sc
-from areal_debug.single_controller import (
+import areal_debug.rtensor_bridge as sc
+from areal_debug.areal_compat import rtensor_types
+from areal_debug.areal_compat import train_item_weight as _item_weight
+from areal_debug.rtensor_bridge import (
     REPLAY_NODE,
     as_inline_rtensors,
-    server_infos_from_env,
     without_inline_rtensors,
 )
+from areal_debug.server_attach import server_infos_from_env
+
+RTensor, TensorShardInfo = rtensor_types()
 
 
 def group(lengths: list[int], width: int) -> dict:
@@ -116,7 +118,7 @@ def test_fetcher_records_the_batch_as_returned_whatever_the_trainer_adds(
     remote, store = remote_batch(batch)
     backend = _Backend(store)
     backend.gate.clear()  # the fetch runs only after the trainer's changes
-    monkeypatch.setattr(sc, "get_backend", lambda: backend)
+    monkeypatch.setattr(sc, "fetch_rtensor_shards", backend.fetch)
     fetcher = sc.BatchFetcher()
     future = fetcher.submit(remote)
     # PPOTrainer adds keys to the very dicts right after prepare_batch.
@@ -136,7 +138,7 @@ def test_fetcher_records_the_batch_as_returned_whatever_the_trainer_adds(
 
 def test_a_failed_fetch_stops_training_at_step_end_with_the_cause(monkeypatch):
     remote, _ = remote_batch([group([5, 9], 12)])
-    monkeypatch.setattr(sc, "get_backend", lambda: _Backend(None))
+    monkeypatch.setattr(sc, "fetch_rtensor_shards", _Backend(None).fetch)
     fetcher = sc.BatchFetcher()
     fetcher.submit(remote)
     with pytest.raises(RuntimeError, match="storage node unreachable"):

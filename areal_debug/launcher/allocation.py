@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import re
-import warnings
+
+from areal_debug.areal_compat import parse_allocation
 
 TRAIN_BACKENDS = ("fsdp", "megatron", "archon")
 GEN_BACKENDS = ("sglang", "vllm")
@@ -21,11 +22,7 @@ def _backend_of(component: str) -> str:
 
 
 def _validate(alloc: str) -> None:
-    from areal.api.alloc_mode import _AllocationMode
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        _AllocationMode.from_str(alloc)
+    parse_allocation(alloc)
 
 
 def training_allocation(

@@ -8,11 +8,10 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from areal.infra import current_platform
-from areal.infra.launcher import local as areal_local
 from areal.utils import logging
 from omegaconf import DictConfig, OmegaConf
 
+from areal_debug import areal_compat
 from areal_debug.config import REPLAY_TRIAL_SUFFIX, compose_with_debug_overrides
 from areal_debug.determinism import DETERMINISM_ENV
 from areal_debug.launcher.allocation import AllocationError, training_allocation
@@ -33,9 +32,7 @@ class LaunchPlan:
 def parse_config(argv: list[str]) -> tuple[DictConfig, list[str]]:
     """Compose the YAML with the overrides, as AReaL's launcher does (raw config),
     accepting ``debug.*`` overrides the YAML lacks; returns the argv that composed."""
-    return compose_with_debug_overrides(
-        lambda args: areal_local.parse_cli_args(args)[0], argv
-    )
+    return compose_with_debug_overrides(areal_compat.parse_launcher_cli_args, argv)
 
 
 def _select(cfg: DictConfig, key: str, default=None):
@@ -43,6 +40,7 @@ def _select(cfg: DictConfig, key: str, default=None):
 
 
 def plan_launch(argv: list[str], resize_cluster: bool = False) -> LaunchPlan:
+    areal_compat.check_areal_version()
     cfg, argv = parse_config(argv)
     replay = bool(_select(cfg, "debug.replay_rollout_data", False))
     plan = LaunchPlan(config=cfg, argv=list(argv), replay=replay)
@@ -54,7 +52,7 @@ def plan_launch(argv: list[str], resize_cluster: bool = False) -> LaunchPlan:
         # AReaL starts a bare `torchrun`: find the one of this Python even when
         # its virtual environment is not activated.
         plan.extra_env["PATH"] = os.pathsep.join([bin_dir, path])
-    if not current_platform.device_control_env_var and "OMP_NUM_THREADS" in os.environ:
+    if not areal_compat.device_control_env_var() and "OMP_NUM_THREADS" in os.environ:
         # On CPU the launcher's default of several threads per process oversubscribes
         # the cores; the caller's setting is passed on.
         plan.extra_env["OMP_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"]
@@ -91,13 +89,7 @@ def _fit_cluster_to_training(cfg: DictConfig, alloc: str, plan: LaunchPlan) -> N
     AReaL's Ray and Slurm launchers give the trainer every node the generation
     servers do not take; with no servers that would be the whole cluster.
     """
-    import warnings
-
-    from areal.api.alloc_mode import _AllocationMode
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        world = _AllocationMode.from_str(alloc).train.world_size
+    world = areal_compat.allocation_train_world_size(alloc)
     gpn = int(_select(cfg, "cluster.n_gpus_per_node", 1) or 1)
     if world < gpn:
         nodes, gpn = 1, world
@@ -118,29 +110,11 @@ def _fit_cluster_to_training(cfg: DictConfig, alloc: str, plan: LaunchPlan) -> N
     plan.argv += [f"++cluster.n_nodes={nodes}", f"++cluster.n_gpus_per_node={gpn}"]
 
 
-def run_areal_launcher(
-    plan: LaunchPlan, areal_main, launcher_attr: str, launcher_cls=None
-):
-    """Run an AReaL launcher entry point on the plan, optionally with another launcher class.
-
-    AReaL builds every command line from ``sys.argv``, so the planned argv is
-    put there (shell-quoted) for the duration.
-    """
-    import shlex
-
+def run_areal_launcher(plan: LaunchPlan, kind: str, launcher_cls=None):
+    """Run AReaL's ``<kind>_main`` on the plan, optionally with another launcher class."""
     for note in plan.notes:
         logger.info(note)
-    module = sys.modules[areal_main.__module__]
-    original = getattr(module, launcher_attr)
-    saved_argv = sys.argv
-    sys.argv = [saved_argv[0]] + [shlex.quote(a) for a in plan.argv]
-    if launcher_cls is not None:
-        setattr(module, launcher_attr, launcher_cls)
-    try:
-        return areal_main(plan.config, run_id=0)
-    finally:
-        sys.argv = saved_argv
-        setattr(module, launcher_attr, original)
+    return areal_compat.run_launcher_main(kind, plan.config, plan.argv, launcher_cls)
 
 
 def with_extra_env(launcher_cls, extra_env: dict[str, str]):
@@ -160,13 +134,8 @@ def with_extra_env(launcher_cls, extra_env: dict[str, str]):
     return WithEnv
 
 
-def distributed_main(
-    kind: str, launcher_attr: str, argv: list[str] | None, init=None
-) -> int:
+def distributed_main(kind: str, argv: list[str] | None, init=None) -> int:
     """Entry point of the Ray and Slurm wrappers: plan, then AReaL's ``<kind>_main``."""
-    import importlib
-
-    areal_module = importlib.import_module(f"areal.infra.launcher.{kind}")
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         plan = plan_launch(argv, resize_cluster=True)
@@ -175,8 +144,6 @@ def distributed_main(
         return 2
     if init is not None:
         init()
-    launcher_cls = with_extra_env(getattr(areal_module, launcher_attr), plan.extra_env)
-    run_areal_launcher(
-        plan, getattr(areal_module, f"{kind}_main"), launcher_attr, launcher_cls
-    )
+    areal_launcher = areal_compat.launcher_class(kind)
+    run_areal_launcher(plan, kind, with_extra_env(areal_launcher, plan.extra_env))
     return 0

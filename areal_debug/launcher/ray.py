@@ -25,7 +25,7 @@ def _init_ray() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return distributed_main("ray", "RayLauncher", argv, init=_init_ray)
+    return distributed_main("ray", argv, init=_init_ray)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from areal_debug.launcher.common import distributed_main
 
 
 def main(argv: list[str] | None = None) -> int:
-    return distributed_main("slurm", "SlurmLauncher", argv)
+    return distributed_main("slurm", argv)
 
 
 if __name__ == "__main__":

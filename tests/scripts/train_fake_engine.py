@@ -21,7 +21,7 @@ from areal.workflow.rlvr import RLVRWorkflow  # noqa: E402
 from support.fake_engine import FORBID_ENV, FakeRolloutEngine  # noqa: E402
 
 from areal_debug import DebugPPOConfig, DebugPPOTrainer, load_expr_config  # noqa: E402
-from areal_debug.tiny_task import (  # noqa: E402
+from areal_debug.tooling.tiny_task import (  # noqa: E402
     arithmetic_reward,
     build_tiny_model,
     load_dataset,

@@ -17,7 +17,7 @@ import torch
 from areal.utils.data import concat_padded_tensors, cycle_dataloader
 from areal.workflow.rlvr import default_get_input_ids_fn
 
-from areal_debug.tiny_task import arithmetic_reward
+from areal_debug.tooling.tiny_task import arithmetic_reward
 
 FORBID_ENV = "AREAL_DEBUG_TEST_FORBID_ENGINE"
 

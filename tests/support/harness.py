@@ -132,16 +132,14 @@ def run_logged(cmd, workdir, name, env, timeout) -> tuple[int, str]:
 def example_command(mode: str, overrides: list[str], nproc: int = 1) -> list[str]:
     """The shipped example as the demo starts it: under torchrun (``spmd``, also
     for replays) or as a plain process, the controller (``single-controller``)."""
-    from areal_debug import demo
+    from areal_debug import testing
 
     sc = mode == "single-controller"
-    config = demo.CONFIG_SC if sc else demo.CONFIG
-    launch = demo.trainer_command("dump", nproc, sc)
-    return [*launch, str(demo.SCRIPT), "--config", str(config), *overrides]
+    return testing.example_command("dump", nproc, sc, overrides)
 
 
 def example_env(workdir, mode: str, server_addr: str | None = None) -> dict:
-    from areal_debug.demo import run_env
+    from areal_debug.testing import run_env
 
     return run_env(workdir, mode == "single-controller", server_addr)
 

@@ -4,32 +4,27 @@ engine, and show that every step's statistics come back bit for bit.
 
 The dump run is AReaL's real client side (RemoteSGLangEngine, WorkflowExecutor,
 RLVRWorkflow, rewards, weight updates from disk) against the CPU server; the
-replay starts no server at all.
+replay starts no server at all. It runs the example script and configs
+shipped with the package (``areal_debug.testing`` names them), so it works
+from an installed wheel as well as from a source checkout.
 """
 
 from __future__ import annotations
 
 import glob
 import json
-import os
 import re
 import shlex
 import shutil
-import signal
-import socket
 import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
+from areal_debug import testing
 from areal_debug.store_reader import RecordingReader
-from areal_debug.tiny_task import build_tiny_model, write_dataset
+from areal_debug.testing import end_process, example_command, run_env, tail
+from areal_debug.tooling.tiny_task import build_tiny_model, write_dataset
 
-REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "examples" / "rlvr_debug.py"
-CONFIG = REPO / "configs" / "tiny_cpu.yaml"
-CONFIG_SC = REPO / "configs" / "tiny_cpu_sc.yaml"
 EXPERIMENT, TRIAL = "tinydemo", "trial0"
 SHOWN_METRICS = [
     "ppo_actor/update/actor_loss/avg",
@@ -49,94 +44,22 @@ def say(msg: str) -> None:
     print(f"[areal-debug demo] {msg}", flush=True)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _end(proc: subprocess.Popen) -> None:
-    """End a process we started and everything in its session."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=15)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
-def _tail(path: Path, n: int = 30) -> str:
-    lines = path.read_text(errors="replace").splitlines() if path.exists() else []
-    return "\n".join(lines[-n:])
-
-
 def start_server(workdir: Path, env: dict) -> tuple[subprocess.Popen, str]:
-    addr_file = workdir / "server.addr"
-    addr_file.unlink(missing_ok=True)
-    log = open(workdir / "server.log", "w")
-    cmd = [
-        sys.executable,
-        "-m",
-        "areal_debug.cpu_server",
-        "--model-path",
-        str(workdir / "model"),
-        "--addr-file",
-        str(addr_file),
-    ]
-    proc = subprocess.Popen(
-        cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise DemoError(
-                f"the CPU server exited ({proc.returncode}):\n"
-                f"{_tail(workdir / 'server.log')}"
-            )
-        if addr_file.exists():
-            addr = addr_file.read_text().strip()
-            try:
-                with urllib.request.urlopen(f"http://{addr}/health", timeout=5):
-                    return proc, addr
-            except OSError:
-                pass
-        time.sleep(0.5)
-    _end(proc)
-    raise DemoError("the CPU server did not become healthy within 180 s")
-
-
-def trainer_command(mode: str, nproc: int, sc: bool = False) -> list[str]:
-    """SPMD: the dump runs under torchrun next to the server; the replay goes
-    through areal-debug's launcher, which starts no inference server.
-    Single-controller (``sc``): the script itself is the controller."""
-    if sc:
-        return [sys.executable]
-    if mode == "replay":
-        return [sys.executable, "-m", "areal_debug.launcher.local"]
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--nproc-per-node={nproc}",
-        f"--master-port={_free_port()}",
-    ]
+    """The CPU server on ``workdir/model``, healthy; see ``testing.start_server``."""
+    try:
+        return testing.start_server(workdir, env)
+    except testing.ServerError as e:
+        raise DemoError(str(e)) from None
 
 
 def mode_command(mode: str, nproc: int, steps: int, sc: bool = False) -> list[str]:
-    """The full command line of the example in ``mode`` ("dump" or "replay")."""
-    return [
-        *trainer_command(mode, nproc, sc),
-        str(SCRIPT),
-        "--config",
-        str(CONFIG_SC if sc else CONFIG),
-        *common_overrides(nproc, steps),
-        f"debug.{mode}_rollout_data=true",
-    ]
+    """The full command line of the example in ``mode`` ("dump" or "replay").
+
+    SPMD: the dump runs under torchrun next to the server; the replay goes
+    through areal-debug's launcher, which starts no inference server.
+    Single-controller (``sc``): the script itself is the controller."""
+    overrides = [*common_overrides(nproc, steps), f"debug.{mode}_rollout_data=true"]
+    return example_command(mode, nproc, sc, overrides)
 
 
 def run_trainer(
@@ -161,11 +84,11 @@ def run_trainer(
                     say(f"{name}: step {m.group(1)} of {steps} done")
             proc.wait()
         finally:
-            _end(proc)
+            end_process(proc)
     if proc.returncode != 0:
         raise DemoError(
             f"the {name} run failed (exit {proc.returncode}); last lines of "
-            f"{log_path}:\n{_tail(log_path)}"
+            f"{log_path}:\n{tail(log_path)}"
         )
 
 
@@ -176,24 +99,6 @@ def run_mode(
     t0 = time.monotonic()
     run_trainer(wd, mode, mode_command(mode, nproc, steps, sc), env, steps)
     return time.monotonic() - t0
-
-
-def run_env(workdir: Path, sc: bool = False, server_addr: str | None = None) -> dict:
-    """The example's environment in either mode; with ``server_addr`` the CPU
-    server stands in for SGLang."""
-    env = {
-        **os.environ,
-        "AREAL_DEBUG_WORKDIR": str(workdir),
-        "OMP_NUM_THREADS": "1",
-    }
-    env.pop("AREAL_LLM_SERVER_ADDRS", None)
-    env.pop("AREAL_SPMD_MODE", None)
-    if not sc:
-        env["AREAL_SPMD_MODE"] = "1"
-    if server_addr is not None:
-        env["AREAL_LLM_SERVER_ADDRS"] = server_addr
-        env["AREAL_DEBUG_CPU_SERVER"] = "1"
-    return env
 
 
 def replay_command(workdir: Path, nproc: int, steps: int, sc: bool = False) -> str:
@@ -222,8 +127,8 @@ def write_replay_script(
         "#!/usr/bin/env bash\n"
         "# Replay the demo's recording with no inference engine. Extra arguments are\n"
         "# config overrides, e.g.: bash run_replay.sh actor.optimizer.lr=1e-5\n"
+        "# Every path in it is absolute: it runs from any directory.\n"
         "set -euo pipefail\n"
-        f"cd {shlex.quote(str(REPO))}\n"
         f'exec env {replay_command(workdir, nproc, steps, sc)} "$@"\n'
     )
     path.chmod(0o755)
@@ -292,12 +197,6 @@ def run_demo(
     workdir: str, steps: int = 4, nproc: int = 1, single_controller: bool = False
 ) -> int:
     sc = single_controller
-    config = CONFIG_SC if sc else CONFIG
-    if not SCRIPT.exists() or not config.exists():
-        raise DemoError(
-            f"the demo runs {SCRIPT} with {config}; run it from an "
-            "areal-debug source checkout"
-        )
     wd = Path(workdir).resolve()
     wd.mkdir(parents=True, exist_ok=True)
     # Each demo records afresh: the recording and logs of an earlier demo go.
@@ -318,7 +217,7 @@ def run_demo(
         dump_env = run_env(wd, sc, server_addr=addr)
         dump_time = run_mode(wd, "dump", nproc, steps, dump_env, sc)
     finally:
-        _end(server)
+        end_process(server)
         say("[2/4] CPU server stopped")
 
     if sc:

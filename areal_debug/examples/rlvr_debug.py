@@ -2,7 +2,7 @@
 """An AReaL RLVR (GRPO) training script with areal-debug: two lines differ from
 AReaL's own examples (the config class and the trainer class).
 
-Record (CPU server from `python -m areal_debug.cpu_server` running):
+Record (CPU server from `python -m areal_debug.tooling.cpu_server` running):
     AREAL_SPMD_MODE=1 AREAL_LLM_SERVER_ADDRS=127.0.0.1:PORT \\
       torchrun --nproc-per-node 1 examples/rlvr_debug.py --config configs/tiny_cpu.yaml \\
       debug.dump_rollout_data=true
@@ -15,7 +15,7 @@ Single-controller mode (scheduler.type: local): see configs/tiny_cpu_sc.yaml.
 import sys
 
 from areal_debug import DebugPPOConfig, DebugPPOTrainer, load_expr_config
-from areal_debug.tiny_task import build_tiny_model, load_dataset
+from areal_debug.tooling.tiny_task import build_tiny_model, load_dataset
 
 
 def main(args):
@@ -32,7 +32,7 @@ def main(args):
     # Import paths, not objects: in single-controller mode the rollout workers
     # build the workflow themselves (SPMD accepts both forms).
     workflow_kwargs = dict(
-        reward_fn="areal_debug.tiny_task.arithmetic_reward",
+        reward_fn="areal_debug.tooling.tiny_task.arithmetic_reward",
         gconfig=config.gconfig,
         tokenizer=config.tokenizer_path,
     )

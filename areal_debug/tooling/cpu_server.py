@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """A CPU inference server speaking the part of SGLang's HTTP API that AReaL uses.
 
-    python -m areal_debug.cpu_server --model-path DIR [--port P] [--seed S]
+    python -m areal_debug.tooling.cpu_server --model-path DIR [--port P] [--seed S]
 
 Backed by a Hugging Face causal LM on CPU, so AReaL's real client side
 (RemoteSGLangEngine, WorkflowExecutor, RLVRWorkflow, rewards, weight updates
@@ -320,4 +320,3 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
-

@@ -1,0 +1,111 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What a recording's ``manifest.json`` says: typed, with JSON in and out."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+SPMD = "spmd"
+SINGLE_CONTROLLER = "single-controller"
+
+
+def _typed(data: dict, name: str, types, required: bool, default=None):
+    if name not in data:
+        if required:
+            raise ValueError(f"missing key {name!r}")
+        return default
+    value = data[name]
+    if value is None and not required:
+        return None
+    if isinstance(value, bool) or not isinstance(value, types):
+        raise ValueError(f"{name!r} has the wrong type: {value!r}")
+    return value
+
+
+@dataclass
+class Layout:
+    """How the dump run produced its batches: one shard per DP head (SPMD) or one
+    per step on the controller (single-controller)."""
+
+    num_shards: int
+    steps_per_epoch: int
+    mode: str = SPMD
+    world_size: int | None = None
+    # Absent in recordings of areal-debug < 0.2: then equal to num_shards.
+    train_dp_size: int | None = None
+    actor_backend: str | None = None
+    rollout_backend: str | None = None
+
+    @property
+    def training_dp_size(self) -> int:
+        return self.train_dp_size if self.train_dp_size is not None else self.num_shards
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Layout:
+        if not isinstance(data, dict):
+            raise ValueError(f"'layout' must be an object, got {data!r}")
+        layout = cls(
+            num_shards=_typed(data, "num_shards", int, True),
+            steps_per_epoch=_typed(data, "steps_per_epoch", int, True),
+            mode=_typed(data, "mode", str, False, SPMD),
+            world_size=_typed(data, "world_size", int, False),
+            train_dp_size=_typed(data, "train_dp_size", int, False),
+            actor_backend=_typed(data, "actor_backend", str, False),
+            rollout_backend=_typed(data, "rollout_backend", str, False),
+        )
+        if layout.num_shards < 1 or layout.steps_per_epoch < 1:
+            raise ValueError(
+                f"num_shards and steps_per_epoch must be >= 1, got "
+                f"{layout.num_shards} and {layout.steps_per_epoch}"
+            )
+        if layout.mode not in (SPMD, SINGLE_CONTROLLER):
+            raise ValueError(
+                f"layout mode {layout.mode!r} is not one of {[SPMD, SINGLE_CONTROLLER]}"
+            )
+        return layout
+
+
+@dataclass
+class Manifest:
+    """A recording's identity, layout, versions and the dump run's config."""
+
+    format_version: int
+    experiment_name: str
+    trial_name: str
+    layout: Layout
+    created: str = ""
+    areal_debug_version: str | None = None
+    areal_version: str | None = None
+    torch_version: str | None = None
+    python_version: str | None = None
+    determinism: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["layout"] = self.layout.to_json()
+        return {k: v for k, v in out.items() if v is not None}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Manifest:
+        """Raises ValueError naming the first bad key."""
+        if not isinstance(data, dict):
+            raise ValueError(f"the manifest must be a JSON object, got {data!r}")
+        return cls(
+            format_version=_typed(data, "format_version", int, True),
+            experiment_name=_typed(data, "experiment_name", str, True),
+            trial_name=_typed(data, "trial_name", str, True),
+            layout=Layout.from_json(data.get("layout")),
+            created=_typed(data, "created", str, False, ""),
+            areal_debug_version=_typed(data, "areal_debug_version", str, False),
+            areal_version=_typed(data, "areal_version", str, False),
+            torch_version=_typed(data, "torch_version", str, False),
+            python_version=_typed(data, "python_version", str, False),
+            determinism=_typed(data, "determinism", dict, False, {}) or {},
+            config=_typed(data, "config", dict, False, {}) or {},
+        )

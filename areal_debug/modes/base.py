@@ -1,0 +1,142 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The mode interface: debug off runs AReaL's own code at every hook; dump and
+replay share the step clock, the instance patches and the stats interception."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from areal_debug import areal_compat
+from areal_debug.config import DebugConfig
+from areal_debug.step_clock import StepClock
+
+
+class DebugMode:
+    """Debug off: every hook calls ``default``, AReaL's own implementation, and
+    nothing is installed, so the trainer behaves exactly as ``PPOTrainer``."""
+
+    name = "off"
+
+    def __init__(self, trainer, debug: DebugConfig):
+        self.trainer = trainer
+        self.debug = debug
+
+    # -- around PPOTrainer.__init__ ------------------------------------------------
+    def prepare(self, config, train_dataset):
+        """Before ``PPOTrainer.__init__``: adjust the config; return the dataset."""
+        return train_dataset
+
+    def started(self) -> None:
+        """After ``PPOTrainer.__init__`` succeeded."""
+
+    def failed_init(self) -> None:
+        """``PPOTrainer.__init__`` raised: no ``close()`` will follow."""
+
+    # -- AReaL's hooks -------------------------------------------------------------
+    def build_scheduler(self, default: Callable):
+        return default()
+
+    def build_dataloader(self, default: Callable, dataset, dataset_config, rank, ws):
+        return default(dataset, dataset_config, rank, ws)
+
+    def build_inference_engine(self, default: Callable, rollout_config, is_eval, lora):
+        return default(rollout_config, is_eval, lora)
+
+    def save_recover_checkpoint(self, default: Callable, epoch, epoch_step, step):
+        return default(epoch, epoch_step, step)
+
+    def evaluate(self, default: Callable, *args):
+        return default(*args)
+
+    def start_agent_proxy(self, default: Callable):
+        return default()
+
+    def commit_step_stats(self, default: Callable, epoch, epoch_step, step):
+        return default(epoch, epoch_step, step)
+
+    def train(self, default: Callable, workflow, *args, **kwargs):
+        return default(workflow, *args, **kwargs)
+
+    def close(self, default: Callable):
+        return default()
+
+
+class ActiveMode(DebugMode):
+    """What dump and replay share: the topology, one step clock advanced when a
+    step's batch is ready, instance patches removed at close, and the step's
+    statistics seen just before AReaL commits them."""
+
+    def __init__(self, trainer, debug: DebugConfig, topology):
+        super().__init__(trainer, debug)
+        self.topology = topology
+        self.clock = StepClock()
+        self.patches = areal_compat.MethodPatches()
+
+    # -- subclass hooks ------------------------------------------------------------
+    def on_batch_ready(self, step: int) -> None:
+        """Every process, right after the step's batch is ready."""
+
+    def on_step_stats(self, step: int, stats: dict[str, Any]) -> None:
+        """The coordinator, with the statistics the step is about to commit."""
+
+    def before_train(self, start: int, workflow, total_epochs):
+        return workflow
+
+    def after_train(self) -> None:
+        pass
+
+    def close_recording(self) -> None:
+        pass
+
+    # -- shared --------------------------------------------------------------------
+    def started(self) -> None:
+        self.patches.wrap(self.trainer.actor, "prepare_batch", self._clocked)
+        self.topology.patch_actor(self.trainer, self.patches)
+
+    def _clocked(self, prepare_batch: Callable) -> Callable:
+        def prepare_and_advance(*args, **kwargs):
+            batch = prepare_batch(*args, **kwargs)
+            self.on_batch_ready(self.clock.advance())
+            return batch
+
+        return prepare_and_advance
+
+    def failed_init(self) -> None:
+        self.patches.remove_all()
+        self.topology.end_workers()
+
+    def build_scheduler(self, default: Callable):
+        scheduler = default()
+        self.topology.watch_scheduler(scheduler)
+        return scheduler
+
+    def commit_step_stats(self, default: Callable, epoch, epoch_step, step):
+        self.clock.check(step, "the step's statistics commit")
+
+        def seen(stats: dict[str, Any]) -> None:
+            if self.topology.is_coordinator():
+                self.on_step_stats(step, stats)
+
+        areal_compat.export_and_commit_stats(
+            self.trainer, epoch, epoch_step, step, seen
+        )
+
+    def train(self, default: Callable, workflow, *args, **kwargs):
+        start = areal_compat.recover_start_step(self.trainer)
+        self.clock.start(start)
+        workflow = self.before_train(start, workflow, kwargs.get("total_epochs"))
+        try:
+            return default(workflow, *args, **kwargs)
+        finally:
+            self.after_train()
+
+    def close(self, default: Callable):
+        try:
+            self.close_recording()
+        finally:
+            try:
+                default()
+            finally:
+                self.patches.remove_all()
+                self.topology.end_workers()

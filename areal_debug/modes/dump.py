@@ -1,0 +1,150 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Dump mode: record what the inference side produced, each step, in the background."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import platform
+from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as pkg_version
+from typing import Any
+
+import torch
+from areal.utils import logging
+
+from areal_debug import areal_compat, checkpoints
+from areal_debug.determinism import current_settings
+from areal_debug.manifest import Manifest
+from areal_debug.modes.base import ActiveMode
+from areal_debug.sglang_stand_in import missing_sglang_error, relax_sglang_check
+from areal_debug.stats_comparison import (
+    inference_stats,
+    timing_stats,
+    training_stats,
+)
+from areal_debug.store_format import FORMAT_VERSION
+from areal_debug.store_writer import RecordingWriter, supersede_steps, write_manifest
+
+logger = logging.getLogger("DebugDump")
+
+
+class DumpMode(ActiveMode):
+    name = "dump"
+
+    def __init__(self, trainer, debug, topology):
+        super().__init__(trainer, debug, topology)
+        self.writer: RecordingWriter | None = None
+        self._sglang_guard = None
+
+    # -- building ------------------------------------------------------------------
+    def build_inference_engine(self, default: Callable, rollout_config, is_eval, lora):
+        if self._sglang_guard is None:
+            self._sglang_guard = relax_sglang_check()
+        engine = (
+            None
+            if is_eval
+            else self.topology.attach_rollout(self.trainer, rollout_config)
+        )
+        if engine is None:
+            try:
+                engine = default(rollout_config, is_eval, lora)
+            except PackageNotFoundError as e:
+                if e.name != "sglang":
+                    raise
+                raise missing_sglang_error() from e
+        if is_eval:
+            return engine
+        return self.topology.record_engine(engine, self._record_batch, self.patches)
+
+    def started(self) -> None:
+        super().started()
+        if self.topology.is_coordinator():
+            write_manifest(self.debug.path, self.manifest())
+        logger.info(f"Recording rollout batches to {self.debug.path}")
+
+    def manifest(self) -> Manifest:
+        config = self.trainer.config
+        layout = self.topology.layout(self.trainer)
+        layout.actor_backend = config.actor.backend
+        layout.rollout_backend = config.rollout.backend
+        return Manifest(
+            format_version=FORMAT_VERSION,
+            areal_debug_version=pkg_version("areal-debug"),
+            areal_version=pkg_version("areal"),
+            torch_version=torch.__version__,
+            python_version=platform.python_version(),
+            created=datetime.datetime.now(datetime.UTC).isoformat(),
+            experiment_name=config.experiment_name,
+            trial_name=config.trial_name,
+            layout=layout,
+            determinism=current_settings(),
+            config=json.loads(json.dumps(dataclasses.asdict(config), default=str)),
+        )
+
+    # -- each step -----------------------------------------------------------------
+    def _record_batch(self, batch) -> None:
+        """A data-parallel head's batch (or a Future of its fetched copy)."""
+        if self.writer is None:
+            actor = self.trainer.actor
+            self.writer = RecordingWriter(
+                self.debug.path,
+                shard=actor.data_parallel_rank,
+                num_shards=actor.data_parallel_world_size,
+                steps_per_epoch=len(self.trainer.train_dataloader),
+                max_pending=self.debug.max_pending_steps,
+                clone_tensors=self.topology.clone_recorded_tensors(),
+            )
+        # The inference side runs inside the actor's prepare_batch, before the
+        # clock advances: this is the batch of the step about to run.
+        self.writer.submit_batch(self.clock.next_step, batch)
+
+    def on_batch_ready(self, step: int) -> None:
+        states = self.topology.capture_rng(self.trainer)
+        if states is not None and self.writer is not None:
+            self.writer.submit_rng(step, states)
+
+    def on_step_stats(self, step: int, stats: dict[str, Any]) -> None:
+        if self.writer is not None:
+            self.writer.submit_stats(
+                step, training_stats(stats), timing_stats(stats), inference_stats(stats)
+            )
+
+    def save_recover_checkpoint(self, default: Callable, epoch, epoch_step, step):
+        before = areal_compat.last_recover_step(self.trainer)
+        default(epoch, epoch_step, step)
+        saved = areal_compat.last_recover_step(self.trainer) == step != before
+        if saved:
+            # AReaL overwrites its one recover checkpoint at the next save; a
+            # replay of step N needs the one before N, so a copy stays with the
+            # recording.
+            if self.topology.is_coordinator():
+                checkpoints.keep(
+                    self.trainer.config,
+                    self.debug.path,
+                    step,
+                    checkpoints.model_names(self.trainer.config),
+                )
+            self.topology.barrier(self.trainer)
+
+    # -- the run -------------------------------------------------------------------
+    def before_train(self, start: int, workflow, total_epochs):
+        if self.topology.is_coordinator():
+            supersede_steps(self.debug.path, start)
+        self.topology.barrier(self.trainer)
+        return workflow
+
+    def after_train(self) -> None:
+        if self.writer is not None:
+            self.writer.flush()
+
+    def close_recording(self) -> None:
+        try:
+            self.topology.close()
+            if self.writer is not None:
+                self.writer.close()
+        finally:
+            if self._sglang_guard is not None:
+                self._sglang_guard.restore()

@@ -1,0 +1,231 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Replay mode: a replay engine in the inference engine's place, statistics compared."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from areal.api import RolloutWorkflow
+from areal.utils import logging
+
+from areal_debug import areal_compat, checkpoints
+from areal_debug.determinism import current_settings, differences
+from areal_debug.engines import ReplayEngine
+from areal_debug.modes.base import ActiveMode
+from areal_debug.replay_loader import ReplayDataLoader
+from areal_debug.replay_report import REPORT_NAME, TopologyChange
+from areal_debug.stats_comparison import StatsComparison, timing_stats, training_stats
+from areal_debug.step_clock import StepClockError
+from areal_debug.store_format import RecordingError, atomic_write_json
+from areal_debug.store_reader import RecordingReader
+
+logger = logging.getLogger("DebugReplay")
+
+
+class _NeverRunWorkflow(RolloutWorkflow):
+    """Lets ``train(workflow=None)`` pass AReaL's check in replay mode."""
+
+    async def arun_episode(self, engine, data):  # pragma: no cover - never called
+        raise RuntimeError("Replay mode never runs a rollout workflow.")
+
+
+class ReplayMode(ActiveMode):
+    name = "replay"
+
+    def __init__(self, trainer, debug, topology):
+        super().__init__(trainer, debug, topology)
+        self.reader: RecordingReader | None = None
+        self.engine: ReplayEngine | None = None
+        self.comparison: StatsComparison | None = None
+        self.resume_from: int | None = None
+        self._eval_skip_logged = False
+        self._rng_warned = False
+
+    # -- building ------------------------------------------------------------------
+    def prepare(self, config, train_dataset):
+        # Fail on a bad path before any model is built.
+        self.reader = RecordingReader(self.debug.path)
+        self._adjust_config(config)
+        # PPOTrainer insists on a dataset; replay never reads one.
+        return [] if train_dataset is None else train_dataset
+
+    def _adjust_config(self, config) -> None:
+        if config.actor.weight_update_mode != "disk":
+            # xccl would open a weight-update group towards inference servers
+            # in __init__; replay sends no weights, so the mode is irrelevant.
+            logger.info(
+                f"Replay: actor.weight_update_mode={config.actor.weight_update_mode} "
+                "read as 'disk' (replay sends no weights anywhere)."
+            )
+            config.actor.weight_update_mode = "disk"
+        target = self.debug.replay_start_step
+        if target is not None:
+            self.resume_from = checkpoints.latest_before(self.debug.path, target)
+        # A replay restores only a checkpoint kept with the recording, never one
+        # of an earlier replay left in its own trial.
+        mode = "on" if self.resume_from is not None else "disabled"
+        if config.recover.mode != mode:
+            logger.info(f"Replay: recover.mode={config.recover.mode} read as {mode!r}.")
+            config.recover.mode = mode
+        end = self.debug.replay_end_step
+        if end is not None and (
+            config.total_train_steps is None or config.total_train_steps > end + 1
+        ):
+            logger.info(f"Replay: stopping after step {end} (debug.replay_end_step).")
+            config.total_train_steps = end + 1
+
+    def build_dataloader(self, default: Callable, dataset, dataset_config, rank, ws):
+        if dataset_config is self.trainer.config.train_dataset:
+            return ReplayDataLoader(self.reader, dp_rank=rank, dp_size=ws)
+        return default(dataset, dataset_config, rank, ws)
+
+    def build_inference_engine(self, default: Callable, rollout_config, is_eval, lora):
+        if is_eval:
+            return None
+        # Runs after the train engines exist and before AReaL's RecoverHandler.load.
+        self.patches.wrap(
+            self.trainer.actor, "update_weights", lambda original: _skip_weight_update
+        )
+        if self.resume_from is not None:
+            self._install_checkpoint(self.resume_from)
+        self.engine = ReplayEngine(
+            self.trainer.train_dataloader, self.topology.present_replayed
+        )
+        self.engine.initialize()
+        return self.engine
+
+    def _install_checkpoint(self, step: int) -> None:
+        if self.topology.is_coordinator():
+            checkpoints.install(
+                self.trainer.config,
+                self.debug.path,
+                step,
+                checkpoints.model_names(self.trainer.config),
+                self.topology.process_count(),
+            )
+        self.topology.barrier(self.trainer)
+        logger.info(
+            f"Replay: restoring the dump run's recover checkpoint of step {step} "
+            f"(kept with the recording) to start at step {step + 1}."
+        )
+
+    def started(self) -> None:
+        super().started()
+        reader = self.reader
+        layout = reader.manifest.layout
+        replay = self.topology.layout(self.trainer)
+        topology = TopologyChange(
+            recorded_mode=layout.mode,
+            replay_mode=replay.mode,
+            recorded_heads=layout.num_shards,
+            replay_heads=replay.num_shards,
+            recorded_train_dp=layout.training_dp_size,
+            replay_train_dp=replay.training_dp_size,
+        )
+        if topology.changed and self.topology.is_coordinator():
+            logger.warning(topology.describe())
+        changed = differences(reader.manifest.determinism, current_settings())
+        if changed:
+            logger.warning(
+                "Determinism settings differ from the dump run's, so the replay may "
+                "not be bitwise: " + "; ".join(changed)
+            )
+        self.comparison = StatsComparison(
+            reader.path, self.debug.verify_rtol, self.debug.verify_atol, topology
+        )
+
+    # -- each step -----------------------------------------------------------------
+    def on_batch_ready(self, step: int) -> None:
+        served = self.engine.take_served_step() if self.engine is not None else None
+        if served is not None and served != step:
+            raise StepClockError(
+                f"The replay engine served the recording's step {served} for step "
+                f"{step}: the ReplayDataLoader position and the step clock disagree "
+                "(a dataloader state restored from another run?)."
+            )
+        if self.debug.restore_rng:
+            problem = self.topology.restore_rng(self._recorded_rng(step), step)
+            if problem is not None and not self._rng_warned:
+                self._rng_warned = True
+                logger.warning(
+                    f"Replay: RNG states not restored at step {step} ({problem}); "
+                    "training-side randomness (dropout) may differ."
+                )
+
+    def _recorded_rng(self, step: int):
+        return self.reader.recorded_rng(step)
+
+    def on_step_stats(self, step: int, stats: dict[str, Any]) -> None:
+        recorded = self.reader.recorded_stats(step)
+        if recorded is not None:
+            recorded = training_stats(recorded)
+        entry = self.comparison.add(
+            step, recorded, training_stats(stats), timing_stats(stats)
+        )
+        atomic_write_json(self.report_path, self.comparison.report.to_json())
+        if entry.status != "diverged":
+            return
+        first = self.comparison.first_divergence()
+        msg = (
+            f"Replay step {step} diverged from the recording "
+            f"(first divergence: step {first['global_step']}, metric "
+            f"{first['metric']}, recorded {first['recorded']!r}, replayed "
+            f"{first['replayed']!r}); report: {self.report_path}"
+        )
+        if self.debug.fail_on_divergence:
+            raise RecordingError(msg + ". Stopping (debug.fail_on_divergence).")
+        logger.warning(msg)
+
+    @property
+    def report_path(self) -> str:
+        return os.path.join(areal_compat.stats_log_dir(self.trainer), REPORT_NAME)
+
+    def evaluate(self, default: Callable, eval_workflow, *args):
+        if not self._eval_skip_logged and eval_workflow is not None:
+            logger.info("Replay: evaluation rollouts skipped (no inference engine).")
+            self._eval_skip_logged = True
+
+    def start_agent_proxy(self, default: Callable):
+        return None
+
+    # -- the run -------------------------------------------------------------------
+    def before_train(self, start: int, workflow, total_epochs):
+        self.reader.require_steps(range(start, self._end_step(total_epochs)))
+        self._announce_start(start)
+        return _NeverRunWorkflow() if workflow is None else workflow
+
+    def _end_step(self, total_epochs: int | None) -> int:
+        config = self.trainer.config
+        epochs = total_epochs if total_epochs is not None else config.total_train_epochs
+        end = epochs * len(self.trainer.train_dataloader)
+        if config.total_train_steps is not None:
+            end = min(end, config.total_train_steps)
+        return end
+
+    def _announce_start(self, start: int) -> None:
+        target = self.debug.replay_start_step
+        if target is None or target <= start:
+            if target is not None:
+                logger.info(
+                    f"Replay: starting at step {start} "
+                    f"(debug.replay_start_step={target})."
+                )
+            return
+        logger.info(
+            f"Replay: debug.replay_start_step={target}, but no recover checkpoint of "
+            f"the dump run restores the policy before step {target}; replaying from "
+            f"step {start} to rebuild it (no inference, so cheap). Steps before "
+            f"{target} are compared too."
+        )
+
+    def after_train(self) -> None:
+        if self.topology.is_coordinator() and self.comparison is not None:
+            for line in self.comparison.summary_lines():
+                logger.info(line)
+
+
+def _skip_weight_update(meta) -> None:
+    # Nothing receives weights in replay; saving them each step would only cost time.
+    pass

@@ -1,0 +1,122 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What a replay writes to ``replay_report.json``: typed, with JSON in and out."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+REPORT_NAME = "replay_report.json"
+
+
+@dataclass
+class TopologyChange:
+    """The dump run's layout against the replay's: mode, shards per step, train DP."""
+
+    recorded_mode: str
+    replay_mode: str
+    recorded_heads: int
+    replay_heads: int
+    recorded_train_dp: int
+    replay_train_dp: int
+
+    @property
+    def changed(self) -> bool:
+        return (
+            self.recorded_mode != self.replay_mode
+            or self.recorded_heads != self.replay_heads
+            or self.recorded_train_dp != self.replay_train_dp
+        )
+
+    def describe(self) -> str:
+        """One line saying how the replay's layout differs from the dump run's."""
+        return (
+            f"Topology changed: recorded in {self.recorded_mode} mode "
+            f"({self.recorded_heads} shard(s) per step, training data-parallel size "
+            f"{self.recorded_train_dp}), replayed in {self.replay_mode} mode "
+            f"({self.replay_heads} shard(s), data-parallel size "
+            f"{self.replay_train_dp}); each step's batch is re-split and ordered for "
+            "the new layout, so statistics may differ from the recording."
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "changed": self.changed}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TopologyChange:
+        names = [f.name for f in dataclasses.fields(cls)]
+        return cls(**{k: data[k] for k in names})
+
+
+@dataclass
+class StepComparison:
+    """One replayed step: per-metric comparison with the recording."""
+
+    global_step: int
+    status: str
+    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StepComparison:
+        return cls(
+            global_step=int(data["global_step"]),
+            status=str(data["status"]),
+            metrics=dict(data.get("metrics", {})),
+            timings=dict(data.get("timings", {})),
+        )
+
+
+@dataclass
+class ReplayReport:
+    recording: str
+    rtol: float
+    atol: float
+    topology: TopologyChange
+    steps: list[StepComparison] = field(default_factory=list)
+
+    def first_divergence(self) -> dict[str, Any] | None:
+        """The step and metric (largest relative difference) that diverged first."""
+        for entry in self.steps:
+            diverged = {
+                k: m for k, m in entry.metrics.items() if m["status"] == "diverged"
+            }
+            if diverged:
+                name, m = max(diverged.items(), key=lambda kv: kv[1]["rel_diff"])
+                return {
+                    "global_step": entry.global_step,
+                    "metric": name,
+                    **m,
+                    "num_diverged_metrics": len(diverged),
+                }
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        steps = self.steps
+        return {
+            "recording": self.recording,
+            "tolerance": {"rtol": self.rtol, "atol": self.atol},
+            "topology": self.topology.to_json(),
+            "summary": {
+                "steps": len(steps),
+                "identical_steps": sum(e.status == "identical" for e in steps),
+                "all_identical": bool(steps)
+                and all(e.status == "identical" for e in steps),
+                "first_divergence": self.first_divergence(),
+            },
+            "steps": [e.to_json() for e in steps],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ReplayReport:
+        return cls(
+            recording=data["recording"],
+            rtol=float(data["tolerance"]["rtol"]),
+            atol=float(data["tolerance"]["atol"]),
+            topology=TopologyChange.from_json(data["topology"]),
+            steps=[StepComparison.from_json(e) for e in data.get("steps", [])],
+        )

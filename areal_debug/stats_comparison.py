@@ -1,0 +1,154 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Compare a replay's committed statistics with those recorded by the dump run.
+
+Not to be confused with ``areal-debug verify``, which checks a recording's files.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from areal_debug.replay_report import ReplayReport, StepComparison, TopologyChange
+
+# Wall-clock timings differ between any two runs; they are not training results.
+_TIMING_PREFIXES = ("timeperf/",)
+# Scopes AReaL's WorkflowExecutor and workflows write to: inference-side
+# statistics that a replay (which has no inference engine) cannot produce.
+INFERENCE_PREFIXES = ("rollout/", "eval-rollout/")
+
+
+def training_stats(stats: dict[str, Any]) -> dict[str, float]:
+    """The statistics worth recording: everything committed except timings and counters."""
+    out = {}
+    for k, v in stats.items():
+        if k.startswith(_TIMING_PREFIXES + INFERENCE_PREFIXES) or k.endswith("__count"):
+            continue
+        try:
+            out[k] = float(v)
+        except (TypeError, ValueError):
+            continue
+    return dict(sorted(out.items()))
+
+
+def timing_stats(stats: dict[str, Any]) -> dict[str, float]:
+    """Wall-clock timings (seconds) of the step's phases, kept apart from the comparison."""
+    return {
+        k: float(v)
+        for k, v in sorted(stats.items())
+        if k.startswith(_TIMING_PREFIXES) and not k.endswith("__count")
+    }
+
+
+def inference_stats(stats: dict[str, Any]) -> dict[str, float]:
+    """Statistics of the rollout side (rewards seen by the workflow, accepted...)."""
+    return {
+        k: float(v)
+        for k, v in sorted(stats.items())
+        if k.startswith(INFERENCE_PREFIXES) and not k.endswith("__count")
+    }
+
+
+def compare_values(recorded: float, replayed: float, rtol: float, atol: float) -> dict:
+    both_nan = math.isnan(recorded) and math.isnan(replayed)
+    identical = both_nan or recorded == replayed
+    if identical:
+        abs_diff = rel_diff = 0.0
+    else:
+        abs_diff = abs(replayed - recorded)
+        rel_diff = abs_diff / abs(recorded) if recorded else math.inf
+    within = identical or (abs_diff <= atol + rtol * abs(recorded))
+    return {
+        "recorded": recorded,
+        "replayed": replayed,
+        "abs_diff": abs_diff,
+        "rel_diff": rel_diff,
+        "identical": identical,
+        "status": "identical"
+        if identical
+        else ("within_tolerance" if within else "diverged"),
+    }
+
+
+def _compare_metrics(
+    recorded: dict[str, float], replayed: dict[str, float], rtol: float, atol: float
+) -> dict[str, dict]:
+    metrics = {}
+    for name in sorted(set(recorded) | set(replayed)):
+        if name not in replayed:
+            metrics[name] = {"recorded": recorded[name], "status": "not_replayed"}
+        elif name not in recorded:
+            metrics[name] = {"replayed": replayed[name], "status": "not_recorded"}
+        else:
+            metrics[name] = compare_values(recorded[name], replayed[name], rtol, atol)
+    return metrics
+
+
+def _step_status(metrics: dict[str, dict]) -> str:
+    statuses = {m["status"] for m in metrics.values()}
+    if "diverged" in statuses:
+        return "diverged"
+    if statuses <= {"identical"}:
+        return "identical"
+    if statuses <= {"identical", "within_tolerance"}:
+        return "within_tolerance"
+    return "incomplete"
+
+
+class StatsComparison:
+    """Accumulates per-step comparisons into a ReplayReport."""
+
+    def __init__(
+        self, recording: str, rtol: float, atol: float, topology: TopologyChange
+    ):
+        self.report = ReplayReport(recording, rtol, atol, topology)
+
+    @property
+    def steps(self) -> list[StepComparison]:
+        return self.report.steps
+
+    def add(
+        self,
+        step: int,
+        recorded: dict[str, float] | None,
+        replayed: dict[str, float],
+        timings: dict[str, float] | None = None,
+    ) -> StepComparison:
+        if recorded is None:
+            metrics = {
+                k: {"replayed": v, "status": "not_recorded"}
+                for k, v in replayed.items()
+            }
+            entry = StepComparison(step, "no_recorded_stats", metrics, timings or {})
+        else:
+            r = self.report
+            metrics = _compare_metrics(recorded, replayed, r.rtol, r.atol)
+            entry = StepComparison(step, _step_status(metrics), metrics, timings or {})
+        self.report.steps.append(entry)
+        return entry
+
+    def first_divergence(self) -> dict | None:
+        return self.report.first_divergence()
+
+    def summary_lines(self) -> list[str]:
+        lines = [f"{'step':>6}  {'status':<16} {'metrics':>7}  {'max rel diff':>12}"]
+        for e in self.steps:
+            diffs = [m.get("rel_diff", 0.0) for m in e.metrics.values()]
+            lines.append(
+                f"{e.global_step:>6}  {e.status:<16} {len(e.metrics):>7}  "
+                f"{max(diffs, default=0.0):>12.3g}"
+            )
+        first = self.first_divergence()
+        if self.report.topology.changed:
+            lines.append(self.report.topology.describe())
+        if first is None:
+            lines.append(
+                f"No divergence: {len(self.steps)} replayed steps match the recording."
+            )
+        else:
+            lines.append(
+                f"First divergence at step {first['global_step']}, metric {first['metric']}: "
+                f"recorded {first['recorded']!r}, replayed {first['replayed']!r} "
+                f"(rel diff {first['rel_diff']:.3g}; {first['num_diverged_metrics']} metrics diverged at that step)."
+            )
+        return lines

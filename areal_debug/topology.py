@@ -1,0 +1,224 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Where a run's batches come from: SPMD processes or a single controller.
+
+Everything dump and replay do differently in AReaL's two modes lives here,
+chosen once per run. SPMD: every process trains, data-parallel heads produce
+one shard each, rank 0 coordinates. Single-controller (``scheduler.type:
+local``): the trainer process is a controller, one shard per step holding
+RTensors, RPC workers that must end with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch.distributed as dist
+from areal.utils import logging
+
+from areal_debug import areal_compat, rng_state
+from areal_debug.engines import RecordingEngine
+from areal_debug.manifest import SINGLE_CONTROLLER, SPMD, Layout
+from areal_debug.rtensor_bridge import (
+    BatchFetcher,
+    as_inline_rtensors,
+    without_inline_rtensors,
+)
+from areal_debug.server_attach import attach_rollout_controller
+from areal_debug.worker_reaper import WorkerReaper
+
+logger = logging.getLogger("DebugTopology")
+
+Batch = list[dict[str, Any]]
+
+
+class Topology:
+    name: str
+
+    def layout(self, trainer) -> Layout:
+        raise NotImplementedError
+
+    def is_coordinator(self) -> bool:
+        """The one process that writes shared files and logs summaries."""
+        return True
+
+    def barrier(self, trainer) -> None:
+        pass
+
+    def process_count(self) -> int:
+        """Processes of this trainer (AReaL saves one dataloader state each)."""
+        return dist.get_world_size() if dist.is_initialized() else 1
+
+    def watch_scheduler(self, scheduler) -> None:
+        pass
+
+    def end_workers(self) -> None:
+        pass
+
+    def attach_rollout(self, trainer, rollout_config) -> Any | None:
+        """An inference engine attached to running servers, or None."""
+        return None
+
+    def record_engine(self, engine, on_batch: Callable, patches) -> Any:
+        """Make ``engine`` hand each batch it returns to ``on_batch``."""
+        raise NotImplementedError
+
+    def present_replayed(self, batch: Batch) -> Batch:
+        """A recorded batch as this mode's inference side returns it."""
+        return batch
+
+    def patch_actor(self, trainer, patches) -> None:
+        pass
+
+    def close(self) -> None:
+        """Finish background work (before the recording is closed)."""
+
+    def clone_recorded_tensors(self) -> bool:
+        return True
+
+    def capture_rng(self, trainer) -> list | None:
+        """Every rank's RNG states (on the coordinator), None if not applicable."""
+        return None
+
+    def restore_rng(self, recorded: dict | None, step: int) -> str | None:
+        """Restore this rank's states; return why not (None when restored)."""
+        return None
+
+
+class SpmdTopology(Topology):
+    name = SPMD
+
+    def layout(self, trainer) -> Layout:
+        return Layout(
+            mode=SPMD,
+            world_size=dist.get_world_size() if dist.is_initialized() else 1,
+            num_shards=trainer.actor.data_parallel_world_size,
+            train_dp_size=areal_compat.train_dp_size(trainer),
+            steps_per_epoch=len(trainer.train_dataloader),
+        )
+
+    def is_coordinator(self) -> bool:
+        return not dist.is_initialized() or dist.get_rank() == 0
+
+    def barrier(self, trainer) -> None:
+        dist.barrier(group=areal_compat.cpu_group(trainer))
+
+    def record_engine(self, engine, on_batch, patches):
+        # Each data-parallel head's engine: record what it returns.
+        return RecordingEngine(engine, on_batch)
+
+    def clone_recorded_tensors(self) -> bool:
+        # On an accelerator AReaL copies the batch to the device before any use
+        # (dist_rollout.tensor_container_to), so the host tensors the engine
+        # returned stay untouched and need no clone; on CPU that .to() returns
+        # the same tensors.
+        return areal_compat.trains_on_cpu()
+
+    def capture_rng(self, trainer) -> list | None:
+        gathered: list = [None] * dist.get_world_size()
+        dist.all_gather_object(
+            gathered, rng_state.capture(), group=areal_compat.cpu_group(trainer)
+        )
+        return gathered if self.is_coordinator() else None
+
+    def restore_rng(self, recorded: dict | None, step: int) -> str | None:
+        world = dist.get_world_size()
+        if recorded is None:
+            return "the recording has no RNG states for this step"
+        if recorded["world_size"] != world:
+            return (
+                f"it was recorded by {recorded['world_size']} processes, this "
+                f"replay has {world}"
+            )
+        rng_state.restore(recorded["ranks"][dist.get_rank()])
+        return None
+
+
+class SingleControllerTopology(Topology):
+    name = SINGLE_CONTROLLER
+
+    def __init__(self):
+        self.reaper = WorkerReaper()
+        # Dump only: fetches each batch's RTensors while the step trains.
+        self.fetcher: BatchFetcher | None = None
+        self._rng_noted = False
+
+    def layout(self, trainer) -> Layout:
+        return Layout(
+            mode=SINGLE_CONTROLLER,
+            world_size=areal_compat.train_world_size(trainer),
+            num_shards=1,
+            train_dp_size=areal_compat.train_dp_size(trainer),
+            steps_per_epoch=len(trainer.train_dataloader),
+        )
+
+    def watch_scheduler(self, scheduler) -> None:
+        self.reaper.watch(scheduler)
+
+    def end_workers(self) -> None:
+        self.reaper.reap()
+
+    def attach_rollout(self, trainer, rollout_config):
+        return attach_rollout_controller(trainer, rollout_config)
+
+    def record_engine(self, engine, on_batch, patches):
+        # The methods are replaced on the instance, not wrapped in another
+        # object: AReaL checks isinstance(trainer.rollout, RolloutController).
+        fetcher = self.fetcher = BatchFetcher()
+        for name in ("prepare_batch", "rollout_batch"):
+
+            def make(original):
+                def recorded(*args, **kwargs):
+                    batch = original(*args, **kwargs)
+                    # The writer awaits the fetched copy on its own thread.
+                    on_batch(fetcher.submit(batch))
+                    return batch
+
+                return recorded
+
+            patches.wrap(engine, name, make)
+        return engine
+
+    def present_replayed(self, batch: Batch) -> Batch:
+        return as_inline_rtensors(batch)
+
+    def patch_actor(self, trainer, patches) -> None:
+        """AReaL's ``clear_batches`` at step end drops the workers' copies of the
+        batch: a dump's background fetch must be done by then, and a replay's
+        inline RTensors, stored on no worker, are left out."""
+
+        def make(clear):
+            def clear_batches(*targets):
+                if self.fetcher is not None:
+                    self.fetcher.wait()
+                return clear(*(without_inline_rtensors(t) for t in targets))
+
+            return clear_batches
+
+        patches.wrap(trainer.actor, "clear_batches", make)
+
+    def clone_recorded_tensors(self) -> bool:
+        # Batches arrive as fresh fetched copies.
+        return False
+
+    def close(self) -> None:
+        if self.fetcher is not None:
+            self.fetcher.close()
+
+    def restore_rng(self, recorded: dict | None, step: int) -> str | None:
+        # The training randomness lives in the RPC workers, out of the
+        # controller's reach; their seeding and call sequence are the same in
+        # dump and replay, so a same-mode replay needs no restore.
+        if not self._rng_noted:
+            self._rng_noted = True
+            logger.info(
+                "Replay: RNG states are not restored in single-controller mode "
+                "(the train workers seed themselves as in the dump run)."
+            )
+        return None
+
+
+def choose_topology() -> Topology:
+    if areal_compat.single_controller_mode():
+        return SingleControllerTopology()
+    return SpmdTopology()

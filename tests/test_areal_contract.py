@@ -1,0 +1,369 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The contract between areal_debug.areal_compat and the installed AReaL.
+
+One check per adapter entry: the AReaL symbol exists with the signature,
+attributes or source statements areal-debug relies on. An AReaL release that
+moves one fails here, naming it. No processes are started.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from areal_debug import areal_compat
+
+CHECKS: dict[str, Callable[[], None]] = {}
+
+
+def check(name: str):
+    def register(fn):
+        CHECKS[name] = fn
+        return fn
+
+    return register
+
+
+def params(fn) -> list[str]:
+    return list(inspect.signature(fn).parameters)
+
+
+def source(obj) -> str:
+    return inspect.getsource(obj)
+
+
+def ppo_trainer():
+    from areal.trainer.rl_trainer import PPOTrainer
+
+    return PPOTrainer
+
+
+# -- PPOTrainer hooks mapped by TrainerHooks (areal/trainer/rl_trainer.py) -----------
+HOOKS = {
+    "_init_scheduler": ["self"],
+    "_create_dataloader": ["self", "dataset", "dataset_config", "rank", "world_size"],
+    "_init_rollout": ["self", "rollout_config", "is_eval", "lora_path"],
+    "_save_recover_checkpoint": ["self", "epoch", "epoch_step", "global_step"],
+    "_evaluate": [
+        "self",
+        "eval_workflow",
+        "eval_workflow_kwargs",
+        "epoch",
+        "epoch_step",
+        "global_step",
+    ],
+    "_ensure_proxy_started": ["self"],
+    "_export_and_commit_stats": ["self", "epoch", "epoch_step", "global_step"],
+}
+
+
+for _hook, _expected in HOOKS.items():
+
+    @check(f"PPOTrainer.{_hook}")
+    def _(hook=_hook, expected=_expected):
+        assert params(getattr(ppo_trainer(), hook)) == expected
+
+
+@check("TrainerHooks maps every hook")
+def _():
+    for hook in HOOKS:
+        assert hook in areal_compat.TrainerHooks.__dict__, hook
+
+
+@check("PPOTrainer._export_and_commit_stats body (mirrored by export_and_commit_stats)")
+def _():
+    body = source(ppo_trainer()._export_and_commit_stats)
+    for statement in (
+        "stats = self.actor.export_stats()",
+        "stats.update(self.rollout.export_stats())",
+        "stats.update(self.eval_rollout.export_stats())",
+        "self.stats_logger.commit(epoch, epoch_step, global_step, stats)",
+        "dist.barrier(group=self.actor.cpu_group)",
+    ):
+        assert statement in body, statement
+
+
+@check("PPOTrainer.train: the calls areal-debug hooks or patches")
+def _():
+    body = source(ppo_trainer().train)
+    for statement in (
+        "self.recover_info.last_step_info.next().global_step",
+        "self.actor.prepare_batch(",
+        "self.actor.update_weights(",
+        "self.actor.clear_batches(rollout_batch, adv_batch)",
+        "self._export_and_commit_stats(",
+        "self._save_recover_checkpoint(",
+        "self._evaluate(",
+        "self._ensure_proxy_started()",
+    ):
+        assert statement in body, statement
+    assert params(ppo_trainer().train)[1:3] == ["workflow", "eval_workflow"]
+
+
+@check("PPOTrainer.__init__ attributes read through the adapter")
+def _():
+    body = source(ppo_trainer().__init__)
+    for attr in (
+        "self.actor_alloc",
+        "self.rollout_alloc",
+        "self.recover_info",
+        "self.recover_handler",
+        "self.stats_logger",
+        "self.scheduler",
+        "self.train_dataloader",
+        "self.eval_rollout",
+    ):
+        assert attr in body, attr
+
+
+# -- recover checkpoints (areal/utils/recover.py, saver.py, io_struct.py) ------------
+@check("RecoverHandler.recover_info_path / Saver.get_recover_checkpoint_path")
+def _():
+    from areal.utils.recover import RecoverHandler
+    from areal.utils.saver import Saver
+
+    assert params(RecoverHandler.recover_info_path) == [
+        "experiment_name",
+        "trial_name",
+        "fileroot",
+    ]
+    assert params(Saver.get_recover_checkpoint_path) == [
+        "experiment_name",
+        "trial_name",
+        "fileroot",
+        "name",
+    ]
+
+
+@check("RecoverHandler.last_step_info, StepInfo.next().global_step")
+def _():
+    from areal.api.io_struct import StepInfo
+    from areal.utils.recover import RecoverHandler
+
+    assert "self.last_step_info = " in source(RecoverHandler)
+    info = StepInfo(epoch=0, epoch_step=2, global_step=2, steps_per_epoch=5)
+    assert info.next().global_step == 3
+
+
+@check("RecoverInfo dataloader_info.pkl: one pickled state per rank")
+def _():
+    from areal.utils.recover import RecoverInfo
+
+    assert areal_compat.DATALOADER_INFO in source(RecoverInfo.load)
+    assert "dataloader_info[dist.get_rank()]" in source(RecoverInfo.load)
+
+
+# -- sglang version guard (areal/utils/pkg_version.py, api/cli_args.py) ---------------
+@check("pkg_version.is_version_greater_or_equal, read by SGLangConfig.build_args")
+def _():
+    from areal.api.cli_args import SGLangConfig
+    from areal.utils import pkg_version
+
+    assert params(pkg_version.is_version_greater_or_equal) == [
+        "package_name",
+        "target_version",
+    ]
+    assert 'pkg_version.is_version_greater_or_equal("sglang"' in source(
+        SGLangConfig.build_args
+    )
+    guard = areal_compat.SglangGuard()
+    original = pkg_version.is_version_greater_or_equal
+    guard.relax()
+    try:
+        assert pkg_version.is_version_greater_or_equal("sglang", "99")
+    finally:
+        guard.restore()
+    assert pkg_version.is_version_greater_or_equal is original
+
+
+# -- single-controller internals -------------------------------------------------------
+@check("RTensor, TensorShardInfo, get_backend().fetch")
+def _():
+    from areal.infra.rpc.rtensor import get_backend
+
+    RTensor, TensorShardInfo = areal_compat.rtensor_types()
+    shard = TensorShardInfo(shard_id="x", node_addr="127.0.0.1:1")
+    rt = RTensor(shard=shard, data=torch.ones(2))
+    assert rt.shard.shard_id == "x" and torch.equal(rt.data, torch.ones(2))
+    assert callable(get_backend().fetch)
+    assert hasattr(RTensor, "remotize")
+
+
+@check("split_and_unpad_tensor trims as RTensor.remotize does")
+def _():
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 0]], dtype=torch.bool)
+    traj = {"attention_mask": mask, "input_ids": torch.arange(8).view(2, 4)}
+    trimmed = areal_compat.unpad_trajectory(traj)
+    assert trimmed["input_ids"].shape == (2, 3)
+
+
+@check("train_controller._item_weight: RTensor size, tensor token count")
+def _():
+    RTensor, TensorShardInfo = areal_compat.rtensor_types()
+    mask = torch.tensor([[1, 1, 0]], dtype=torch.bool)
+    assert areal_compat.train_item_weight({"attention_mask": mask}) == 2
+    shard = TensorShardInfo(shard_id="x", node_addr="n:1")
+    rt = RTensor(shard=shard, data=mask)
+    assert areal_compat.train_item_weight({"attention_mask": rt}) == 3
+
+
+@check("TrainController: one shard, clear_batches, prepare_batch, rollout_batch")
+def _():
+    from areal.infra.controller.train_controller import TrainController
+
+    for name in ("prepare_batch", "rollout_batch", "clear_batches", "cpu_group"):
+        assert hasattr(TrainController, name), name
+    assert "return 1" in source(TrainController.data_parallel_world_size.fget)
+
+
+@check("LocalInfServerInfo(host, port, process)")
+def _():
+    info = areal_compat.inference_server_info("127.0.0.1", 30000)
+    assert (info.host, info.port, info.process) == ("127.0.0.1", 30000, None)
+
+
+@check("RemoteSGLangEngine/RemotevLLMEngine.as_controller(config, scheduler)")
+def _():
+    for backend in ("sglang", "vllm"):
+        cls = areal_compat.rollout_controller_class(backend)
+        assert params(cls.as_controller) == ["config", "scheduler"]
+    with pytest.raises(ValueError, match="expected one of"):
+        areal_compat.rollout_controller_class("tgi")
+
+
+@check("RolloutController.initialize(role, server_args, server_infos)")
+def _():
+    from areal.infra.controller.rollout_controller import RolloutController
+
+    assert params(RolloutController.initialize)[:4] == [
+        "self",
+        "role",
+        "server_args",
+        "server_infos",
+    ]
+
+
+@check("InferenceEngineConfig._version")
+def _():
+    from areal.api.cli_args import InferenceEngineConfig
+
+    assert areal_compat.rollout_controller_version(InferenceEngineConfig()) in (
+        "v1",
+        "v2",
+    )
+    assert "_version" in {
+        f.name for f in InferenceEngineConfig.__dataclass_fields__.values()
+    }
+
+
+@check("LocalScheduler._workers, delete_workers")
+def _():
+    from areal.infra.scheduler.local import LocalScheduler
+
+    assert "self._workers" in source(LocalScheduler.__init__)
+    assert callable(LocalScheduler.delete_workers)
+
+
+@check("StatsLogger.get_log_path(config)")
+def _():
+    from areal.utils.stats_logger import StatsLogger
+
+    signature = inspect.signature(StatsLogger.get_log_path)
+    first, *rest = signature.parameters.values()
+    assert first.name == "config"
+    assert all(p.default is not inspect.Parameter.empty for p in rest)
+
+
+@check("is_single_controller, current_platform")
+def _():
+    from areal.infra import current_platform
+    from areal.utils.environ import is_single_controller
+
+    assert callable(is_single_controller)
+    for name in ("current_device", "synchronize", "device_control_env_var"):
+        assert hasattr(current_platform, name), name
+
+
+# -- allocation strings and launchers ---------------------------------------------------
+@check("_AllocationMode.from_str(...).train.world_size")
+def _():
+    assert areal_compat.allocation_train_world_size("sglang:d2+fsdp:d4") == 4
+    with pytest.raises(Exception):  # noqa: B017 - AReaL raises several types
+        areal_compat.parse_allocation("fsdp:d2p2")
+
+
+@check("local launcher: parse_cli_args, local_main, LocalLauncher internals")
+def _():
+    from areal.infra.launcher import local
+
+    assert params(local.local_main)[:2] == ["config", "run_id"]
+    assert callable(local.parse_cli_args)
+    assert params(local.LocalLauncher.submit_array) == [
+        "self",
+        "job_name",
+        "cmd",
+        "count",
+        "gpu",
+        "env_vars",
+    ]
+    init = source(local.LocalLauncher.__init__)
+    for attr in ("_jobs", "_job_counter", "_gpu_counter", "_gpu_devices"):
+        assert f"self.{attr}" in init, attr
+    assert callable(local.LocalLauncher.log_path_of)
+
+
+@check("ray and slurm launchers: <kind>_main and launcher classes")
+def _():
+    for kind, attr in areal_compat.LAUNCHER_CLASS_ATTR.items():
+        module = areal_compat._launcher_module(kind)
+        assert params(getattr(module, f"{kind}_main"))[:2] == ["config", "run_id"]
+        assert areal_compat.launcher_class(kind) is getattr(module, attr)
+
+
+@check("JobException.reason, JobState.COMPLETED")
+def _():
+    JobException, JobState = areal_compat.job_exception_types()
+    assert JobState.COMPLETED.name == "COMPLETED"
+    assert "reason" in params(JobException.__init__)
+
+
+# -- supported versions --------------------------------------------------------------------
+@check("the installed AReaL is in the supported range")
+def _():
+    assert areal_compat.check_areal_version()
+
+
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_contract(name):
+    CHECKS[name]()
+
+
+@pytest.mark.parametrize("version", ["1.1.0", "0.9.2", "2.0"])
+def test_unsupported_areal_is_refused_with_one_message(version, monkeypatch):
+    monkeypatch.delenv(areal_compat.ALLOW_ANY_VERSION_ENV, raising=False)
+    with pytest.raises(areal_compat.UnsupportedArealError) as e:
+        areal_compat.check_areal_version(version)
+    message = str(e.value)
+    assert f"AReaL {version} is installed" in message
+    assert "pip install areal==1.0.4" in message
+
+
+def test_unsupported_areal_can_be_tried_on_purpose(monkeypatch):
+    monkeypatch.setenv(areal_compat.ALLOW_ANY_VERSION_ENV, "1")
+    assert areal_compat.check_areal_version("1.1.0") == "1.1.0"
+
+
+def test_method_patches_are_removed_in_one_place():
+    class Engine:
+        def step(self):
+            return "areal"
+
+    engine = Engine()
+    patches = areal_compat.MethodPatches()
+    patches.wrap(engine, "step", lambda original: lambda: "patched " + original())
+    assert engine.step() == "patched areal"
+    patches.remove_all()
+    assert engine.step() == "areal" and "step" not in vars(engine)
