@@ -24,3 +24,14 @@ def workdir(tiny_assets, tmp_path):
     os.symlink(tiny_assets / "model", tmp_path / "model")
     os.symlink(tiny_assets / "data.jsonl", tmp_path / "data.jsonl")
     return tmp_path
+
+
+# The recordings the process-level tests replay from, recorded once per test run.
+from support.recordings import (  # noqa: E402, F401
+    cpu_server,
+    sc_d2,
+    sc_workdir,
+    spmd_d1,
+    spmd_d1_replay,
+    spmd_d2,
+)

@@ -1,10 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """areal_debug.launcher.local: allocation rewriting, the CPU fixes, and real runs."""
 
-import os
-
 import pytest
-from support.harness import FAKE_CONFIG, FAKE_SCRIPT, run_launcher, run_torchrun
+from support.harness import FAKE_CONFIG, FAKE_SCRIPT, run_launcher
 
 from areal_debug.launcher.allocation import AllocationError, training_allocation
 from areal_debug.launcher.local import CpuSafeLocalLauncher, plan_launch
@@ -98,28 +96,7 @@ def test_cpu_launcher_runs_jobs_and_keeps_their_exit_status(tmp_path):
     launcher.forget_jobs()
 
 
-# -- the real launcher, end to end ---------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def launcher_dump(tmp_path_factory, tiny_assets):
-    """A dump at 2 data-parallel heads, started through the launcher (train-only
-    allocation: the fake engine needs no server)."""
-    d = tmp_path_factory.mktemp("launcher")
-    os.symlink(tiny_assets / "model", d / "model")
-    os.symlink(tiny_assets / "data.jsonl", d / "data.jsonl")
-    run = run_launcher(
-        str(d),
-        "dump",
-        [
-            "allocation_mode=fsdp:d2",
-            "actor.backend=fsdp:d2",
-            "debug.dump_rollout_data=true",
-        ],
-    )
-    assert run.returncode == 0, run.log[-3000:]
-    assert len(run.stats) == 3
-    return d, run
+# -- the real launcher, end to end (the shared spmd_d2 recording) -----------------
 
 
 def started_commands(log: str) -> list[str]:
@@ -132,8 +109,8 @@ def started_commands(log: str) -> list[str]:
 
 @pytest.mark.areal
 @pytest.mark.parametrize("alloc", ["sglang:d1+fsdp:d2", "d2p1t1"])
-def test_replay_through_the_launcher_starts_only_the_trainer(launcher_dump, alloc):
-    workdir, dump = launcher_dump
+def test_replay_through_the_launcher_starts_only_the_trainer(spmd_d2, alloc):
+    workdir, dump = spmd_d2.workdir, spmd_d2.run
     trial = "r" + alloc.replace(":", "").replace("+", "")
     run = run_launcher(
         str(workdir),
@@ -169,10 +146,9 @@ def test_replay_through_the_launcher_starts_only_the_trainer(launcher_dump, allo
 
 
 @pytest.mark.areal
-def test_failed_replay_exits_nonzero_with_the_error_visible(launcher_dump):
-    workdir, _ = launcher_dump
+def test_failed_replay_exits_nonzero_with_the_missing_range_visible(spmd_d2):
     run = run_launcher(
-        str(workdir),
+        str(spmd_d2.workdir),
         "replay-fail",
         [
             "allocation_mode=sglang:d1+fsdp:d2",
@@ -183,27 +159,8 @@ def test_failed_replay_exits_nonzero_with_the_error_visible(launcher_dump):
         ],
     )
     assert run.returncode == 1
-    assert "lacks steps 3-4" in run.log and "Trainer failed (exit status 1" in run.log
-
-
-@pytest.mark.areal
-def test_replay_warns_when_determinism_settings_differ(launcher_dump):
-    workdir, _ = launcher_dump
-    # The dump ran through the launcher with debug.deterministic=true (the test
-    # YAML); a bare torchrun replay lacks the launcher's environment.
-    run = run_torchrun(
-        str(workdir),
-        "replay-env",
-        2,
-        [
-            "actor.backend=fsdp:d2",
-            "debug.replay_rollout_data=true",
-            "debug.replay_trial_name=env",
-        ],
-    )
-    assert run.returncode == 0, run.log[-2000:]
-    assert "Determinism settings differ" in run.log
-    assert "CUBLAS_WORKSPACE_CONFIG: recorded ':4096:8', replay None" in run.log
+    assert "lacks steps 3-4" in run.log and "complete steps: 0-2" in run.log
+    assert "Trainer failed (exit status 1" in run.log
 
 
 # -- Ray and Slurm: AReaL's real entry points, with a launcher that records --------

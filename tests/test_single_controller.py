@@ -16,6 +16,7 @@ import time
 
 import pytest
 from support.harness import (
+    assert_whole_batch_statistics_kept,
     end_session,
     example_command,
     example_env,
@@ -24,18 +25,16 @@ from support.harness import (
     run_example,
     start_logged,
 )
+from support.recordings import SC_EXPERIMENT, SC_STEPS, SC_TRAIN_D2
 
 from areal_debug.store_reader import RecordingReader
-from areal_debug.testing import start_server
 
 pytestmark = pytest.mark.areal
 
 SC = "single-controller"
-STEPS = 3
-EXP = "tinydemo"
-# The single-controller recording trains on two FSDP workers: the train
-# controller then balances each batch over them, by AReaL's trajectory weights.
-TRAIN_D2 = ("actor.backend=fsdp:d2", "allocation_mode=sglang:d1+fsdp:d2")
+STEPS = SC_STEPS
+EXP = SC_EXPERIMENT
+TRAIN_D2 = SC_TRAIN_D2
 
 
 def recording(workdir, trial: str) -> str:
@@ -59,32 +58,6 @@ def assert_finite_replay(report: dict) -> None:
         assert replayed and all(math.isfinite(v) for v in replayed)
 
 
-@pytest.fixture(scope="module")
-def sc_workdir(tiny_assets, tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("sc")
-    os.symlink(tiny_assets / "model", workdir / "model")
-    os.symlink(tiny_assets / "data.jsonl", workdir / "data.jsonl")
-    os.makedirs(workdir / "root" / "name_resolve")
-    return workdir
-
-
-@pytest.fixture(scope="module")
-def server(sc_workdir):
-    proc, addr = start_server(sc_workdir, {**os.environ, "OMP_NUM_THREADS": "1"})
-    yield addr
-    end_session(proc)
-
-
-def dump(workdir, addr, mode: str, trial: str, *extra, nproc: int = 1):
-    overrides = [
-        "debug.dump_rollout_data=true",
-        f"total_train_steps={STEPS}",
-        f"trial_name={trial}",
-        *extra,
-    ]
-    return run_example(workdir, f"dump-{trial}", mode, overrides, addr, nproc)
-
-
 def replay(workdir, mode: str, trial: str, replay_trial: str, *extra, nproc=1):
     overrides = [
         "debug.replay_rollout_data=true",
@@ -96,35 +69,12 @@ def replay(workdir, mode: str, trial: str, replay_trial: str, *extra, nproc=1):
     return run_example(workdir, f"replay-{replay_trial}", mode, overrides, nproc=nproc)
 
 
-@pytest.fixture(scope="module")
-def sc_dump(sc_workdir, server):
-    # With an AReaL recover checkpoint after every step, kept with the recording.
-    run = dump(
-        sc_workdir,
-        server,
-        SC,
-        "sc",
-        *TRAIN_D2,
-        "recover.mode=on",
-        "++recover.freq_steps=1",
-    )
-    assert run.returncode == 0, run.log[-3000:]
-    return run
-
-
-@pytest.fixture(scope="module")
-def spmd_dump(sc_workdir, server):
-    run = dump(sc_workdir, server, "spmd", "spmd")
-    assert run.returncode == 0, run.log[-3000:]
-    return run
-
-
-def test_dump_records_one_shard_per_step_on_the_controller(sc_workdir, sc_dump):
-    assert "Rollout workers attach to running inference servers" in sc_dump.log
+def test_dump_records_one_shard_per_step_on_the_controller(sc_workdir, sc_d2):
+    assert "Rollout workers attach to running inference servers" in sc_d2.run.log
     reader = RecordingReader(recording(sc_workdir, "sc"))
-    layout = reader.manifest["layout"]
-    assert layout["mode"] == SC
-    assert layout["num_shards"] == 1 and layout["train_dp_size"] == 2
+    layout = reader.manifest.layout
+    assert layout.mode == SC
+    assert layout.num_shards == 1 and layout.train_dp_size == 2
     assert reader.available_steps() == list(range(STEPS))
     for step in range(STEPS):
         batch = reader.load_shard(step, 0)
@@ -137,7 +87,7 @@ def test_dump_records_one_shard_per_step_on_the_controller(sc_workdir, sc_dump):
     assert_no_workers_left(sc_workdir)
 
 
-def test_same_mode_replay_is_bitwise_without_rollout_workers(sc_workdir, sc_dump):
+def test_same_mode_replay_is_bitwise_without_rollout_workers(sc_workdir, sc_d2):
     run = replay(sc_workdir, SC, "sc", "sc_replay", *TRAIN_D2)
     assert run.returncode == 0, run.log[-3000:]
     # Only the actor's workers: no rollout worker, no server.
@@ -153,7 +103,7 @@ def test_same_mode_replay_is_bitwise_without_rollout_workers(sc_workdir, sc_dump
     assert_no_workers_left(sc_workdir)
 
 
-def test_replay_from_step_n_restores_the_kept_checkpoint(sc_workdir, sc_dump):
+def test_replay_from_step_n_restores_the_kept_checkpoint(sc_workdir, sc_d2):
     run = replay(
         sc_workdir, SC, "sc", "sc_from2", *TRAIN_D2, "debug.replay_start_step=2"
     )
@@ -165,7 +115,7 @@ def test_replay_from_step_n_restores_the_kept_checkpoint(sc_workdir, sc_dump):
     assert_no_workers_left(sc_workdir)
 
 
-def test_single_controller_recording_replays_in_spmd_mode(sc_workdir, sc_dump):
+def test_single_controller_recording_replays_in_spmd_mode(sc_workdir, sc_d2):
     run = replay(
         sc_workdir,
         "spmd",
@@ -182,18 +132,29 @@ def test_single_controller_recording_replays_in_spmd_mode(sc_workdir, sc_dump):
     assert_finite_replay(report)
 
 
-def test_spmd_recording_replays_in_single_controller_mode(sc_workdir, spmd_dump):
-    run = replay(sc_workdir, SC, "spmd", "spmd_in_sc")
+def test_spmd_recording_replays_in_single_controller_mode(sc_workdir, spmd_d1):
+    # The shared SPMD recording (fake engine, dropout model) replayed by the
+    # shipped example as a single controller.
+    run = replay(
+        sc_workdir,
+        SC,
+        "spmd",
+        "spmd_in_sc",
+        f"debug.path={spmd_d1.path}",
+        f"actor.path={spmd_d1.workdir / 'model'}",
+        *spmd_d1.train_overrides,
+    )
     assert run.returncode == 0, run.log[-3000:]
     assert "Topology changed: recorded in spmd mode" in run.log
     report = replay_report(str(sc_workdir), experiment=EXP, trial="spmd_in_sc")
     assert report["topology"]["changed"] is True
     assert report["topology"]["replay_mode"] == SC
     assert_finite_replay(report)
+    assert_whole_batch_statistics_kept(report)
     assert_no_workers_left(sc_workdir)
 
 
-def test_failing_replay_exits_nonzero_and_leaves_no_worker(sc_workdir, sc_dump):
+def test_failing_replay_exits_nonzero_and_leaves_no_worker(sc_workdir, sc_d2):
     # A changed learning rate diverges at step 0; fail_on_divergence stops the run.
     run = replay(
         sc_workdir,
@@ -233,20 +194,25 @@ def interrupt(workdir, name, mode_overrides, server_addr, wait_for, send) -> int
         end_session(proc)
 
 
-def test_ctrl_c_during_a_dump_leaves_no_worker(sc_workdir, server):
-    # Ctrl-C in a terminal signals the whole foreground process group.
+def test_ctrl_c_to_the_controller_alone_during_a_dump_leaves_no_worker(
+    sc_workdir, cpu_server
+):
+    # SIGINT reaches the controller only, never its workers: they end because
+    # the controller ends them (interrupt() checks the process table).
     rc = interrupt(
         sc_workdir,
         "ctrl-c",
         ["debug.dump_rollout_data=true", "total_train_steps=50", "trial_name=ctrlc"],
-        server,
+        cpu_server,
         "Train step 1/",
-        lambda proc: os.killpg(proc.pid, signal.SIGINT),
+        lambda proc: proc.send_signal(signal.SIGINT),
     )
     assert rc != 0
+    log = open(os.path.join(sc_workdir, "ctrl-c.log"), errors="replace").read()
+    assert "KeyboardInterrupt" in log
 
 
-def test_sigterm_to_the_controller_leaves_no_worker(sc_workdir, sc_dump):
+def test_sigterm_to_the_controller_leaves_no_worker(sc_workdir, sc_d2):
     # A job system's kill reaches the controller alone; its workers must follow.
     rc = interrupt(
         sc_workdir,

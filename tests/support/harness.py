@@ -6,21 +6,16 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
+
+from areal_debug.testing import free_port
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO = os.path.dirname(TESTS)
 FAKE_SCRIPT = os.path.join(TESTS, "scripts", "train_fake_engine.py")
 FAKE_CONFIG = os.path.join(TESTS, "configs", "tiny_fake.yaml")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -191,3 +186,36 @@ def replay_report(
     )
     with open(path) as f:
         return json.load(f)
+
+
+# Statistics of the whole step's batch: a re-split for another data-parallel
+# layout must leave them as recorded (counts and extremes exactly, means up to
+# the summation order).
+WHOLE_BATCH_EXACT = (
+    "ppo_actor/n_seqs",
+    "ppo_actor/n_tokens",
+    "ppo_actor/task_reward/min",
+    "ppo_actor/task_reward/max",
+    "ppo_actor/seq_len/min",
+    "ppo_actor/seq_len/max",
+)
+WHOLE_BATCH_CLOSE = ("ppo_actor/task_reward/avg", "ppo_actor/seq_len/avg")
+
+
+def assert_whole_batch_statistics_kept(report: dict) -> None:
+    """Every replayed step saw exactly the recorded batch, however it was split."""
+    import math
+
+    assert report["steps"]
+    for entry in report["steps"]:
+        metrics, step = entry["metrics"], entry["global_step"]
+        for name in WHOLE_BATCH_EXACT:
+            m = metrics[name]
+            assert m["replayed"] == m["recorded"], (step, name, m)
+        for name in WHOLE_BATCH_CLOSE:
+            m = metrics[name]
+            assert math.isclose(m["replayed"], m["recorded"], rel_tol=1e-6), (
+                step,
+                name,
+                m,
+            )
