@@ -12,6 +12,8 @@ _EXPORTS = {
     "DebugConfig": "areal_debug.config",
     "DebugGRPOConfig": "areal_debug.config",
     "DebugPPOConfig": "areal_debug.config",
+    "DebugSection": "areal_debug.config",
+    "debug_config_of": "areal_debug.config",
     "load_expr_config": "areal_debug.config",
     "DebugPPOTrainer": "areal_debug.trainer",
     "ReplayDataLoader": "areal_debug.replay_loader",

@@ -187,8 +187,12 @@ def resolve_debug_config(cfg) -> None:
 
 
 @dataclass
-class DebugPPOConfig(PPOConfig):
-    """AReaL's ``PPOConfig`` with a ``debug:`` section."""
+class DebugSection:
+    """Mixin giving any AReaL experiment config class a ``debug:`` section.
+
+    Put it first: ``@dataclass class MyConfig(DebugSection, GRPOConfig): ...``,
+    so its ``__post_init__`` runs AReaL's validation, then resolves the section.
+    """
 
     debug: DebugConfig = field(
         default_factory=DebugConfig,
@@ -196,13 +200,57 @@ class DebugPPOConfig(PPOConfig):
     )
 
     def __post_init__(self):
-        super().__post_init__()
+        post_init = getattr(super(), "__post_init__", None)
+        if post_init is not None:
+            post_init()
         resolve_debug_config(self)
 
 
 @dataclass
-class DebugGRPOConfig(DebugPPOConfig, GRPOConfig):
+class DebugPPOConfig(DebugSection, PPOConfig):
+    """AReaL's ``PPOConfig`` with a ``debug:`` section."""
+
+
+@dataclass
+class DebugGRPOConfig(DebugSection, GRPOConfig):
     """AReaL's ``GRPOConfig`` with a ``debug:`` section."""
+
+
+def has_debug_section(config_cls) -> bool:
+    return any(f.name == "debug" for f in dataclasses.fields(config_cls))
+
+
+_PARSING_CLASSES: dict[type, type] = {}
+
+
+def _parsing_class(config_cls: type) -> type:
+    """``config_cls`` with a ``debug:`` section added, to parse a config with.
+
+    Made once per class. The loaded config is handed back as ``config_cls``
+    itself (see ``_as_user_class``): this class never leaves the process.
+    """
+    if config_cls not in _PARSING_CLASSES:
+        cls = dataclasses.make_dataclass(
+            f"{config_cls.__name__}WithDebug", [], bases=(DebugSection, config_cls)
+        )
+        cls.__module__ = __name__
+        _PARSING_CLASSES[config_cls] = cls
+    return _PARSING_CLASSES[config_cls]
+
+
+def _as_user_class(parsed, config_cls: type):
+    """The parsed config as an instance of ``config_cls``, carrying ``debug`` as an
+    attribute outside its fields: what AReaL serialises, saves or sends to RPC
+    workers is then the user's own class, importable wherever the script's is."""
+    config = config_cls.__new__(config_cls)
+    config.__dict__.update({k: v for k, v in parsed.__dict__.items() if k != "debug"})
+    object.__setattr__(config, "debug", parsed.debug)
+    return config
+
+
+def debug_config_of(config) -> DebugConfig:
+    """The ``debug:`` section of a loaded config (all defaults when it has none)."""
+    return getattr(config, "debug", None) or DebugConfig()
 
 
 def _append_debug_overrides(argv: list[str]) -> list[str]:
@@ -235,11 +283,22 @@ def compose_with_debug_overrides(compose, argv: list[str]):
 
 
 def load_expr_config(argv: list[str], config_cls=DebugPPOConfig):
-    """AReaL's ``load_expr_config`` that also takes ``debug.*`` overrides when the
-    YAML has no (or a partial) ``debug:`` section."""
+    """AReaL's ``load_expr_config`` for any experiment config class, with a ``debug:``
+    section and ``debug.*`` overrides whether or not the YAML declares them.
+
+    Returns ``(config, config_file)`` as AReaL's does. ``config`` is an instance
+    of ``config_cls`` (``GRPOConfig``, the script's own subclass...) with the
+    section at ``config.debug``; a class that declares ``debug`` (the
+    ``DebugSection`` mixin, ``DebugPPOConfig``) is loaded as it is.
+    """
     from areal.api.cli_args import load_expr_config as areal_load_expr_config
 
-    result, _ = compose_with_debug_overrides(
-        lambda args: areal_load_expr_config(args, config_cls), argv
+    parse_cls = (
+        config_cls if has_debug_section(config_cls) else _parsing_class(config_cls)
     )
-    return result
+    (parsed, config_file), _ = compose_with_debug_overrides(
+        lambda args: areal_load_expr_config(args, parse_cls), argv
+    )
+    if parse_cls is not config_cls:
+        parsed = _as_user_class(parsed, config_cls)
+    return parsed, config_file

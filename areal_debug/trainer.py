@@ -12,14 +12,14 @@ AReaL's private hook names are mapped to these in ``areal_compat.TrainerHooks``.
 from __future__ import annotations
 
 from areal_debug.areal_compat import TrainerHooks, check_areal_version
-from areal_debug.config import DebugConfig
+from areal_debug.config import DebugConfig, debug_config_of
 from areal_debug.modes import DebugMode, choose_mode
 
 
 class DebugPPOTrainer(TrainerHooks):
     def __init__(self, config, train_dataset=None, valid_dataset=None):
         check_areal_version()
-        self.debug: DebugConfig = getattr(config, "debug", None) or DebugConfig()
+        self.debug: DebugConfig = debug_config_of(config)
         self.debug_mode: DebugMode = choose_mode(self, self.debug)
         train_dataset = self.debug_mode.prepare(config, train_dataset)
         try:

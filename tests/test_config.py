@@ -1,14 +1,20 @@
 # SPDX-License-Identifier: Apache-2.0
 """The debug: section through AReaL's real config loading (load_expr_config)."""
 
+import dataclasses
+import glob
 import os
+import pickle
+from dataclasses import dataclass, field
 
 import pytest
 import yaml
+from areal.api.cli_args import GRPOConfig
 from areal.api.cli_args import load_expr_config as areal_load_expr_config
 from support.harness import FAKE_CONFIG
 
 from areal_debug import DebugConfig, DebugGRPOConfig, DebugPPOConfig, load_expr_config
+from areal_debug.config import DebugSection, debug_config_of
 
 
 @pytest.fixture
@@ -134,3 +140,72 @@ def test_explicit_path_and_trial_name_are_kept(yaml_without_debug, tmp_path):
 def test_invalid_values_name_the_key(key, value):
     with pytest.raises(ValueError, match=f"debug.{key}"):
         DebugConfig(**{key: value})
+
+
+@dataclass
+class ScriptConfig(GRPOConfig):
+    """Shaped like AReaL's example config subclasses (MultiTurnGRPOConfig...)."""
+
+    export_style: str = field(default="concat", metadata={"help": "test field"})
+    agent_run_args: dict = field(default_factory=dict)
+
+
+@dataclass
+class ScriptDebugConfig(DebugSection, ScriptConfig):
+    """The mixin form, declared in the user's module."""
+
+
+def _with_extra_fields(path: str) -> str:
+    with open(path) as f:
+        cfg = yaml.safe_load(f)
+    cfg["export_style"] = "individual"
+    cfg["agent_run_args"] = {"max_turns": 2}
+    out = path.replace(".yaml", "_extra.yaml")
+    with open(out, "w") as f:
+        yaml.safe_dump(cfg, f)
+    return out
+
+
+def test_the_users_own_config_class_is_kept(yaml_without_debug):
+    """AReaL's GRPOConfig or a script's subclass: no class of ours needed."""
+    for cls in (GRPOConfig, ScriptConfig):
+        argv = ["--config", yaml_without_debug, "debug.dump_rollout_data=true"]
+        if cls is ScriptConfig:
+            argv[1] = _with_extra_fields(yaml_without_debug)
+        cfg, config_file = load_expr_config(argv, cls)
+        assert type(cfg) is cls and config_file == argv[1]
+        assert cfg.debug.dump_rollout_data and cfg.debug.path.endswith(
+            os.path.join("tiny", "t0", "areal_debug_recording")
+        )
+        # What AReaL serialises (and sends to RPC workers) is the user's class.
+        assert "debug" not in {f.name for f in dataclasses.fields(cfg)}
+        assert "debug" not in dataclasses.asdict(cfg)
+        assert pickle.loads(pickle.dumps(cfg)).debug.dump_rollout_data
+    assert cfg.export_style == "individual" and cfg.agent_run_args == {"max_turns": 2}
+
+
+def test_a_users_class_replays_under_its_own_trial(yaml_without_debug):
+    argv = ["--config", _with_extra_fields(yaml_without_debug)]
+    cfg, _ = load_expr_config([*argv, "debug.replay_rollout_data=true"], ScriptConfig)
+    assert type(cfg) is ScriptConfig and cfg.trial_name == "t0_replay"
+    assert cfg.actor.trial_name == "t0_replay" and cfg.export_style == "individual"
+    # The config AReaL saves with the run's logs has the section it ran with.
+    (saved,) = glob.glob(
+        os.path.join(cfg.cluster.fileroot, "logs", "**", "t0_replay", "config.yaml"),
+        recursive=True,
+    )
+    with open(saved) as f:
+        assert yaml.safe_load(f)["debug"]["replay_rollout_data"] is True
+
+
+def test_the_mixin_form_in_the_users_module(yaml_without_debug):
+    argv = ["--config", _with_extra_fields(yaml_without_debug)]
+    cfg, _ = load_expr_config(
+        [*argv, "debug.dump_rollout_data=true"], ScriptDebugConfig
+    )
+    assert type(cfg) is ScriptDebugConfig and cfg.debug.dump_rollout_data
+    assert cfg.export_style == "individual"
+    assert debug_config_of(cfg) is cfg.debug
+    # A config with no section at all reads as debug off.
+    plain, _ = areal_load_expr_config(["--config", yaml_without_debug], GRPOConfig)
+    assert not debug_config_of(plain).enabled

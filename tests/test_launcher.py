@@ -67,13 +67,46 @@ def test_replay_plan_rewrites_allocation_for_the_trainers_too():
     assert any("no inference server is started" in n for n in plan.notes)
 
 
-def test_dump_plan_leaves_argv_and_allocation_alone():
+def test_dump_plan_leaves_argv_and_allocation_alone(monkeypatch):
+    monkeypatch.delenv("AREAL_LLM_SERVER_ADDRS", raising=False)
     args = argv("debug.dump_rollout_data=true")
     plan = plan_launch(args)
     # Only the debug key the YAML lacks becomes hydra's add-or-override.
     assert not plan.replay and [a.lstrip("+") for a in plan.argv] == args
     assert plan.config.allocation_mode == "sglang:d1+fsdp:d1"
     assert plan.config.trial_name == "t0"
+
+
+def test_empty_allocation_is_derived_from_the_engine_backends(monkeypatch):
+    """AReaL 1.0.4's example YAMLs leave allocation_mode empty."""
+    monkeypatch.delenv("AREAL_LLM_SERVER_ADDRS", raising=False)
+    backends = [
+        "++allocation_mode=",
+        "rollout.backend=sglang:d2",
+        "actor.backend=fsdp:d2",
+    ]
+    dump = plan_launch(argv("debug.dump_rollout_data=true", *backends))
+    assert dump.config.allocation_mode == "sglang:d2+fsdp:d2"
+    assert dump.argv[-1] == "++allocation_mode=sglang:d2+fsdp:d2"
+    assert any("from rollout.backend and actor.backend" in n for n in dump.notes)
+    replay = plan_launch(argv("debug.replay_rollout_data=true", *backends))
+    assert replay.config.allocation_mode == "fsdp:d2"
+    assert replay.argv.count("++allocation_mode=fsdp:d2") == 1
+    assert not any(a.endswith("sglang:d2+fsdp:d2") for a in replay.argv)
+    with pytest.raises(
+        AllocationError, match=r"\+\+allocation_mode=sglang:d4\+fsdp:d4"
+    ):
+        plan_launch(argv("++allocation_mode=", "actor.backend=", "rollout.backend="))
+
+
+def test_running_servers_are_passed_on_and_none_started(monkeypatch):
+    monkeypatch.setenv("AREAL_LLM_SERVER_ADDRS", "127.0.0.1:4567")
+    plan = plan_launch(argv("debug.dump_rollout_data=true"))
+    # The launcher parses only the training part, so it starts no server...
+    assert plan.config.allocation_mode == "fsdp:d1"
+    # ...and the trainer gets the addresses instead of AReaL's empty value.
+    assert plan.extra_env["AREAL_LLM_SERVER_ADDRS"] == "127.0.0.1:4567"
+    assert any("no server is started" in n for n in plan.notes)
 
 
 def test_deterministic_config_exports_the_environment():

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """An AReaL RLVR (GRPO) training script with areal-debug: two lines differ from
-AReaL's own examples (the config class and the trainer class).
+AReaL's own examples (``load_expr_config`` and the trainer class come from
+``areal_debug``; the config class stays AReaL's).
 
 Record (CPU server from `python -m areal_debug.tooling.cpu_server` running):
     AREAL_SPMD_MODE=1 AREAL_LLM_SERVER_ADDRS=127.0.0.1:PORT \\
@@ -14,12 +15,14 @@ Single-controller mode (scheduler.type: local): see configs/tiny_cpu_sc.yaml.
 
 import sys
 
-from areal_debug import DebugPPOConfig, DebugPPOTrainer, load_expr_config
+from areal.api.cli_args import GRPOConfig
+
+from areal_debug import DebugPPOTrainer, load_expr_config
 from areal_debug.tooling.tiny_task import build_tiny_model, load_dataset
 
 
 def main(args):
-    config, _ = load_expr_config(args, DebugPPOConfig)
+    config, _ = load_expr_config(args, GRPOConfig)
     # The tiny model is built offline on first use; a real run points actor.path
     # at its own model and drops this line.
     build_tiny_model(config.actor.path)

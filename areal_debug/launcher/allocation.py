@@ -21,8 +21,21 @@ def _backend_of(component: str) -> str:
     return re.split(r"[\[:]", component, maxsplit=1)[0].strip()
 
 
-def _validate(alloc: str) -> None:
-    parse_allocation(alloc)
+def _validate(alloc: str, what: str | None = None, hint: str | None = None) -> None:
+    """AReaL's parser on ``alloc``; its error becomes an AllocationError saying
+    ``what`` was parsed and ``hint`` (what to do)."""
+    try:
+        parse_allocation(alloc)
+    except Exception as e:  # noqa: BLE001 - AReaL's parser raises several types
+        raise AllocationError(
+            f"{what or f'allocation_mode={alloc!r}'} is not an allocation AReaL "
+            f"accepts: {str(e).splitlines()[0]}. "
+            + (
+                hint
+                or "Use e.g. ++allocation_mode=sglang:d4+fsdp:d4 or "
+                "++allocation_mode=fsdp:d4."
+            )
+        ) from e
 
 
 def training_allocation(
@@ -40,8 +53,8 @@ def training_allocation(
     if not alloc:
         raise AllocationError(
             "allocation_mode is empty: a replay needs the training allocation to "
-            "know how many trainer processes to start. Set allocation_mode, e.g. "
-            "allocation_mode=fsdp:d4."
+            "know how many trainer processes to start. Set it, e.g. "
+            "++allocation_mode=fsdp:d4, or actor.backend=fsdp:d4."
         )
     if _BARE_DIMS.match(alloc):
         backend = _backend_of(actor_backend or "") or "fsdp"
@@ -53,13 +66,7 @@ def training_allocation(
             f"allocation_mode={alloc} has no backend prefix (AReaL 0.x style); "
             f"read as the training allocation {result}."
         )
-    try:
-        _validate(alloc)
-    except Exception as e:  # noqa: BLE001 - AReaL's parser raises several types
-        raise AllocationError(
-            f"allocation_mode={alloc!r} is not an allocation AReaL accepts: "
-            f"{str(e).splitlines()[0]}. Use e.g. 'sglang:d4+fsdp:d4' or 'fsdp:d4'."
-        ) from e
+    _validate(alloc)
     components = [c for c in re.split(r"[+|]", alloc) if c.strip()]
     train = [c.strip() for c in components if _backend_of(c) in TRAIN_BACKENDS]
     if not train:
@@ -67,8 +74,33 @@ def training_allocation(
             f"allocation_mode={alloc!r} has no training part (only "
             f"{sorted({_backend_of(c) for c in components})}): a replay runs only "
             "the trainer. Give the training allocation, e.g. "
-            "allocation_mode=fsdp:d4, or sglang:d4+fsdp:d4."
+            "++allocation_mode=fsdp:d4, or ++allocation_mode=sglang:d4+fsdp:d4."
         )
     result = "+".join(train)
     _validate(result)
     return result, None
+
+
+def allocation_from_backends(
+    rollout_backend: str | None, actor_backend: str | None
+) -> str:
+    """The allocation AReaL 1.0's per-engine backends declare, for the SPMD
+    launchers, which still parse ``allocation_mode``: ``rollout.backend`` and
+    ``actor.backend`` joined (``sglang:d4p1t1+fsdp:d4p1t1``)."""
+    actor = (actor_backend or "").strip()
+    if not actor:
+        raise AllocationError(
+            "allocation_mode is empty and actor.backend is not set, so the launcher "
+            "cannot tell how many trainer processes to start. Set actor.backend "
+            "(e.g. actor.backend=fsdp:d4, with rollout.backend=sglang:d4 for the "
+            "servers), or ++allocation_mode=sglang:d4+fsdp:d4."
+        )
+    parts = [p for p in ((rollout_backend or "").strip(), actor) if p]
+    alloc = "+".join(parts)
+    _validate(
+        alloc,
+        f"allocation_mode is empty; rollout.backend={rollout_backend!r} and "
+        f"actor.backend={actor_backend!r} make {alloc!r}, which",
+        "Set ++allocation_mode=... explicitly.",
+    )
+    return alloc

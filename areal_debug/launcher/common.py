@@ -14,7 +14,13 @@ from omegaconf import DictConfig, OmegaConf
 from areal_debug import areal_compat
 from areal_debug.config import REPLAY_TRIAL_SUFFIX, compose_with_debug_overrides
 from areal_debug.determinism import DETERMINISM_ENV
-from areal_debug.launcher.allocation import AllocationError, training_allocation
+from areal_debug.launcher.allocation import (
+    AllocationError,
+    allocation_from_backends,
+    training_allocation,
+)
+
+SERVER_ADDRS_ENV = "AREAL_LLM_SERVER_ADDRS"
 
 logger = logging.getLogger("DebugLauncher")
 
@@ -56,31 +62,64 @@ def plan_launch(argv: list[str], resize_cluster: bool = False) -> LaunchPlan:
         # On CPU the launcher's default of several threads per process oversubscribes
         # the cores; the caller's setting is passed on.
         plan.extra_env["OMP_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"]
+    alloc = str(_select(cfg, "allocation_mode", "") or "").strip()
+    if not alloc:
+        alloc = allocation_from_backends(
+            _select(cfg, "rollout.backend"), _select(cfg, "actor.backend")
+        )
+        plan.notes.append(
+            f"allocation_mode is empty (AReaL 1.0 declares backends per engine): "
+            f"using {alloc!r} from rollout.backend and actor.backend."
+        )
+        _set_allocation(cfg, plan, alloc)
     if not replay:
+        _attach_running_servers(cfg, plan, alloc)
         return plan
-    alloc, note = training_allocation(
-        str(_select(cfg, "allocation_mode", "") or ""), _select(cfg, "actor.backend")
-    )
+    train, note = training_allocation(alloc, _select(cfg, "actor.backend"))
     if note:
         plan.notes.append(note)
     plan.notes.append(
-        f"Replay: allocation_mode {_select(cfg, 'allocation_mode')!r} -> {alloc!r}; "
+        f"Replay: allocation_mode {alloc!r} -> {train!r}; "
         "no inference server is started."
     )
-    cfg.allocation_mode = alloc
+    alloc = train
+    _set_allocation(cfg, plan, alloc)
     if resize_cluster:
         _fit_cluster_to_training(cfg, alloc, plan)
-    # The trainer processes parse argv themselves: they must see the same allocation.
-    plan.argv = [
-        a for a in plan.argv if not a.lstrip("+").startswith("allocation_mode=")
-    ]
-    plan.argv.append(f"++allocation_mode={alloc}")
     # The launcher's own log (trainer.log) belongs to the replay trial, like the
     # trainer's logs; the trainer derives its trial from the original one itself.
     cfg.trial_name = _select(cfg, "debug.replay_trial_name") or (
         str(cfg.trial_name) + REPLAY_TRIAL_SUFFIX
     )
     return plan
+
+
+def _set_allocation(cfg: DictConfig, plan: LaunchPlan, alloc: str) -> None:
+    """The launcher's allocation, and the trainer processes' (they parse argv)."""
+    cfg.allocation_mode = alloc
+    plan.argv = [
+        a for a in plan.argv if not a.lstrip("+").startswith("allocation_mode=")
+    ]
+    plan.argv.append(f"++allocation_mode={alloc}")
+
+
+def _attach_running_servers(cfg: DictConfig, plan: LaunchPlan, alloc: str) -> None:
+    """With AREAL_LLM_SERVER_ADDRS set, start no server and pass the addresses on.
+
+    AReaL's launcher would start servers for the generation part and give the
+    trainer their addresses, overwriting the variable (empty without servers).
+    """
+    addrs = os.environ.get(SERVER_ADDRS_ENV, "").strip()
+    if not addrs:
+        return
+    train, _ = training_allocation(alloc, _select(cfg, "actor.backend"))
+    if train != alloc:
+        plan.notes.append(
+            f"{SERVER_ADDRS_ENV}={addrs} is set: the trainer uses those running "
+            f"servers; no server is started (allocation {alloc!r} -> {train!r})."
+        )
+        _set_allocation(cfg, plan, train)
+    plan.extra_env[SERVER_ADDRS_ENV] = addrs
 
 
 def _fit_cluster_to_training(cfg: DictConfig, alloc: str, plan: LaunchPlan) -> None:

@@ -81,8 +81,12 @@ class DumpMode(ActiveMode):
             trial_name=config.trial_name,
             layout=layout,
             determinism=current_settings(),
-            config=json.loads(json.dumps(dataclasses.asdict(config), default=str)),
+            config=json.loads(json.dumps(self._config_dict(config), default=str)),
         )
+
+    def _config_dict(self, config) -> dict[str, Any]:
+        # A user's own config class carries the section outside its fields.
+        return {"debug": dataclasses.asdict(self.debug), **dataclasses.asdict(config)}
 
     # -- each step -----------------------------------------------------------------
     def _record_batch(self, batch) -> None:
