@@ -10,6 +10,7 @@ is imported where it is used.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import shlex
@@ -354,6 +355,56 @@ def rollout_controller_class(backend: str):
 def scheduler_has_workers(scheduler: Any) -> bool:
     """LocalScheduler._workers (areal/infra/scheduler/local.py:172) is non-empty."""
     return bool(getattr(scheduler, "_workers", None))
+
+
+def importable_class(cls: type) -> type:
+    """``cls`` or its nearest experiment-config base an RPC worker can import
+    by ``module.__name__`` (areal/infra/rpc/serialization.py:290-336)."""
+    import importlib
+
+    from areal.api.cli_args import BaseExperimentConfig
+
+    for base in cls.__mro__:
+        # Mixins (DebugSection) are importable but not experiment configs.
+        if not (isinstance(base, type) and issubclass(base, BaseExperimentConfig)):
+            continue
+        try:
+            module = importlib.import_module(base.__module__)
+        except ImportError:
+            continue
+        if (
+            base.__module__ != "__main__"
+            and getattr(module, base.__name__, None) is base
+        ):
+            return base
+    return cls
+
+
+def send_importable_config(scheduler: Any, config) -> type | None:
+    """Give the scheduler's workers a config class they can rebuild.
+
+    AReaL's schedulers send ``exp_config`` to every worker's ``/configure``
+    (infra/scheduler/local.py:1008-1030), which rebuilds it by import path and
+    reads ``seed`` (infra/rpc/guard/engine_blueprint.py:212-219). A class from
+    the script's ``__main__`` cannot be imported there and comes back as a dict,
+    so the worker fails. Workers then get the fields of its nearest importable
+    base; returns that base when a substitution was made.
+    """
+    cls = type(config)
+    base = importable_class(cls)
+    if base is cls or getattr(scheduler, "exp_config", None) is not config:
+        return None
+    names = {f.name for f in dataclasses.fields(base) if f.init}
+    scheduler.exp_config = base(**{n: getattr(config, n) for n in names})
+    return base
+
+
+def run_rpc_server() -> None:
+    """areal/infra/rpc/rpc_server.py:33 main: the RPC worker's server, reading
+    its own command line (the scheduling spec's ``cmd`` plus the scheduler's)."""
+    from areal.infra.rpc import rpc_server
+
+    rpc_server.main()
 
 
 # -- recover checkpoints ------------------------------------------------------------------

@@ -42,3 +42,72 @@ def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
         for k in sorted(set(recorded) | set(current))
         if recorded.get(k) != current.get(k)
     ]
+
+
+# -- RPC workers (single-controller mode) ---------------------------------------------
+RPC_SERVER_MODULE = "areal.infra.rpc.rpc_server"
+WORKER_MODULE = "areal_debug.deterministic_worker"
+# Where each worker started through WORKER_MODULE writes the settings it runs with.
+WORKER_REPORT_ENV = "AREAL_DEBUG_WORKER_SETTINGS_DIR"
+# The experiment's roles whose workers train or serve: every scheduling spec of them.
+WORKER_ROLES = ("actor", "critic", "ref", "rollout")
+
+
+def _role_specs(config):
+    for role in WORKER_ROLES:
+        for spec in getattr(getattr(config, role, None), "scheduling_spec", None) or ():
+            yield role, spec
+
+
+def configure_workers(config, report_dir: str) -> list[str]:
+    """Make every RPC worker of ``config`` deterministic; returns the roles
+    whose custom ``cmd`` could not be given the torch settings.
+
+    The environment goes into each scheduling spec's ``env_vars`` (read by the
+    local, Ray and Slurm schedulers alike); the torch settings are process state,
+    so AReaL's RPC server module is started through ``WORKER_MODULE``, which
+    applies them, reports them to ``report_dir`` and runs the same server.
+    """
+    unchanged = []
+    for role, spec in _role_specs(config):
+        spec.env_vars = {
+            **(spec.env_vars or {}),
+            **DETERMINISM_ENV,
+            WORKER_REPORT_ENV: report_dir,
+        }
+        cmd = spec.cmd or ""
+        if f"-m {RPC_SERVER_MODULE}" in cmd:
+            spec.cmd = cmd.replace(RPC_SERVER_MODULE, WORKER_MODULE)
+        elif WORKER_MODULE not in cmd and role not in unchanged:
+            unchanged.append(role)
+    return unchanged
+
+
+def report_worker_settings() -> None:
+    """In a worker: write this process's settings for the controller to read."""
+    report_dir = os.environ.get(WORKER_REPORT_ENV)
+    if not report_dir:
+        return
+    import json
+    import socket
+
+    os.makedirs(report_dir, exist_ok=True)
+    name = f"{socket.gethostname()}-{os.getpid()}.json"
+    tmp = os.path.join(report_dir, f".{name}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(current_settings(), f)
+    os.replace(tmp, os.path.join(report_dir, name))
+
+
+def read_worker_settings(report_dir: str) -> list[dict[str, Any]]:
+    """The settings every worker reported, in a stable order."""
+    import json
+
+    if not os.path.isdir(report_dir):
+        return []
+    out = []
+    for name in sorted(os.listdir(report_dir)):
+        if name.endswith(".json") and not name.startswith("."):
+            with open(os.path.join(report_dir, name)) as f:
+                out.append(json.load(f))
+    return out

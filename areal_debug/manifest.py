@@ -84,6 +84,8 @@ class Manifest:
     torch_version: str | None = None
     python_version: str | None = None
     determinism: dict[str, Any] = field(default_factory=dict)
+    # Single-controller mode: what each RPC worker reported running with.
+    worker_determinism: list[dict[str, Any]] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -107,5 +109,7 @@ class Manifest:
             torch_version=_typed(data, "torch_version", str, False),
             python_version=_typed(data, "python_version", str, False),
             determinism=_typed(data, "determinism", dict, False, {}) or {},
+            worker_determinism=_typed(data, "worker_determinism", list, False, [])
+            or [],
             config=_typed(data, "config", dict, False, {}) or {},
         )

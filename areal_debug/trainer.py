@@ -21,7 +21,9 @@ class DebugPPOTrainer(TrainerHooks):
         check_areal_version()
         self.debug: DebugConfig = debug_config_of(config)
         self.debug_mode: DebugMode = choose_mode(self, self.debug)
-        train_dataset = self.debug_mode.prepare(config, train_dataset)
+        train_dataset, valid_dataset = self.debug_mode.prepare(
+            config, train_dataset, valid_dataset
+        )
         try:
             super().__init__(config, train_dataset, valid_dataset)
         except BaseException:

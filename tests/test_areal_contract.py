@@ -287,6 +287,32 @@ def _():
         assert hasattr(current_platform, name), name
 
 
+# -- RPC workers ------------------------------------------------------------------------
+@check("rpc_server.main; schedulers' exp_config and /configure by import path")
+def _():
+    from areal.infra.rpc import rpc_server, serialization
+    from areal.infra.scheduler.local import LocalScheduler
+    from areal.infra.scheduler.ray import RayScheduler
+
+    assert params(rpc_server.main) == []
+    for scheduler in (LocalScheduler, RayScheduler):
+        assert "exp_config" in params(scheduler.__init__)
+        assert "self.exp_config = exp_config" in source(scheduler.__init__)
+    assert "config=self.exp_config" in source(LocalScheduler)
+    assert "__module__" in source(serialization.SerializedDataclass.from_dataclass)
+
+
+@check("SchedulingSpec.cmd, SchedulingSpec.env_vars; role configs' scheduling_spec")
+def _():
+    from areal.api.cli_args import PPOConfig, SchedulingSpec
+
+    spec = SchedulingSpec(cmd="python -m areal.infra.rpc.rpc_server")
+    assert spec.env_vars == {} and "areal.infra.rpc.rpc_server" in spec.cmd
+    fields = PPOConfig.__dataclass_fields__
+    for role in ("actor", "critic", "ref", "rollout"):
+        assert role in fields, role
+
+
 # -- allocation strings and launchers ---------------------------------------------------
 @check("_AllocationMode.from_str(...).train.world_size")
 def _():
@@ -367,3 +393,28 @@ def test_method_patches_are_removed_in_one_place():
     assert engine.step() == "patched areal"
     patches.remove_all()
     assert engine.step() == "areal" and "step" not in vars(engine)
+
+
+def test_workers_get_an_importable_config_class():
+    """A config class from the script's __main__ becomes its importable base."""
+    from dataclasses import make_dataclass
+
+    from areal.api.cli_args import GRPOConfig
+
+    from areal_debug.config import DebugSection
+
+    cls = make_dataclass(
+        "MainConfig", [("extra", int, 1)], bases=(DebugSection, GRPOConfig)
+    )
+    cls.__module__ = "__main__"
+    assert areal_compat.importable_class(cls) is GRPOConfig
+    assert areal_compat.importable_class(GRPOConfig) is GRPOConfig
+
+    class Scheduler:
+        exp_config = None
+
+    config = cls(experiment_name="e", trial_name="t", seed=7)
+    scheduler = Scheduler()
+    scheduler.exp_config = config
+    assert areal_compat.send_importable_config(scheduler, config) is GRPOConfig
+    assert type(scheduler.exp_config) is GRPOConfig and scheduler.exp_config.seed == 7

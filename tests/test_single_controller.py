@@ -84,6 +84,14 @@ def test_dump_records_one_shard_per_step_on_the_controller(sc_workdir, sc_d2):
         assert batch[0]["input_ids"].device.type == "cpu"
         assert not batch[0]["input_ids"].is_meta
         assert reader.recorded_stats(step)
+    # debug.deterministic (the shipped config) reached every RPC worker: the
+    # rollout worker and both actor workers report what they ran with.
+    workers = reader.manifest.worker_determinism
+    assert len(workers) == 3, workers
+    for settings in workers:
+        assert settings["torch_deterministic_algorithms"] is True
+        assert settings["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    assert reader.manifest.config["debug"]["deterministic"] is True
     assert_no_workers_left(sc_workdir)
 
 

@@ -4,12 +4,20 @@ replay share the step clock, the instance patches and the stats interception."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Callable
 from typing import Any
 
-from areal_debug import areal_compat
+from areal.utils import logging
+
+from areal_debug import areal_compat, determinism
 from areal_debug.config import DebugConfig
 from areal_debug.step_clock import StepClock
+
+logger = logging.getLogger("DebugMode")
+# Under <fileroot>/<experiment>/<trial>/: each RPC worker's settings, as it reported them.
+WORKER_SETTINGS_DIRNAME = "areal_debug_worker_settings"
 
 
 class DebugMode:
@@ -23,9 +31,9 @@ class DebugMode:
         self.debug = debug
 
     # -- around PPOTrainer.__init__ ------------------------------------------------
-    def prepare(self, config, train_dataset):
-        """Before ``PPOTrainer.__init__``: adjust the config; return the dataset."""
-        return train_dataset
+    def prepare(self, config, train_dataset, valid_dataset):
+        """Before ``PPOTrainer.__init__``: adjust the config; return the datasets."""
+        return train_dataset, valid_dataset
 
     def started(self) -> None:
         """After ``PPOTrainer.__init__`` succeeded."""
@@ -72,6 +80,38 @@ class ActiveMode(DebugMode):
         self.topology = topology
         self.clock = StepClock()
         self.patches = areal_compat.MethodPatches()
+        self.worker_settings_dir: str | None = None
+
+    def prepare(self, config, train_dataset, valid_dataset):
+        if self.debug.deterministic:
+            self._make_deterministic(config)
+        return train_dataset, valid_dataset
+
+    def _make_deterministic(self, config) -> None:
+        determinism.enable_determinism()
+        if not areal_compat.single_controller_mode():
+            return  # SPMD: every process runs this trainer code itself.
+        self.worker_settings_dir = os.path.join(
+            config.cluster.fileroot,
+            config.experiment_name,
+            config.trial_name,
+            WORKER_SETTINGS_DIRNAME,
+        )
+        shutil.rmtree(self.worker_settings_dir, ignore_errors=True)
+        unchanged = determinism.configure_workers(config, self.worker_settings_dir)
+        if unchanged:
+            logger.warning(
+                f"debug.deterministic: the workers of {unchanged} start with a custom "
+                f"scheduling_spec cmd, not `python -m {determinism.RPC_SERVER_MODULE}`; "
+                "they get the environment but not torch's deterministic algorithms. "
+                f"Start them with `python -m {determinism.WORKER_MODULE}` instead."
+            )
+
+    def worker_settings(self) -> list[dict[str, Any]]:
+        """What the RPC workers reported running with (single-controller mode)."""
+        if self.worker_settings_dir is None:
+            return []
+        return determinism.read_worker_settings(self.worker_settings_dir)
 
     # -- subclass hooks ------------------------------------------------------------
     def on_batch_ready(self, step: int) -> None:
@@ -108,6 +148,13 @@ class ActiveMode(DebugMode):
 
     def build_scheduler(self, default: Callable):
         scheduler = default()
+        base = areal_compat.send_importable_config(scheduler, self.trainer.config)
+        if base is not None:
+            logger.info(
+                f"The config class {type(self.trainer.config).__qualname__} lives in "
+                f"the script's __main__, which RPC workers cannot import: they get "
+                f"its {base.__name__} fields (all they read is the seed)."
+            )
         self.topology.watch_scheduler(scheduler)
         return scheduler
 

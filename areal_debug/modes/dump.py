@@ -81,6 +81,7 @@ class DumpMode(ActiveMode):
             trial_name=config.trial_name,
             layout=layout,
             determinism=current_settings(),
+            worker_determinism=self.worker_settings(),
             config=json.loads(json.dumps(self._config_dict(config), default=str)),
         )
 

@@ -24,6 +24,10 @@ from areal_debug.store_reader import RecordingReader
 logger = logging.getLogger("DebugReplay")
 
 
+class UnsupportedReplayError(RecordingError):
+    """A run whose replay cannot be made inference-free (yet)."""
+
+
 class _NeverRunWorkflow(RolloutWorkflow):
     """Lets ``train(workflow=None)`` pass AReaL's check in replay mode."""
 
@@ -44,14 +48,23 @@ class ReplayMode(ActiveMode):
         self._rng_warned = False
 
     # -- building ------------------------------------------------------------------
-    def prepare(self, config, train_dataset):
+    def prepare(self, config, train_dataset, valid_dataset):
         # Fail on a bad path before any model is built.
         self.reader = RecordingReader(self.debug.path)
         self._adjust_config(config)
-        # PPOTrainer insists on a dataset; replay never reads one.
-        return [] if train_dataset is None else train_dataset
+        super().prepare(config, train_dataset, valid_dataset)
+        if train_dataset is not None or valid_dataset is not None:
+            logger.info(
+                "Replay: the datasets are not read (the batches come from the "
+                "recording, evaluation needs an inference engine); no data-service "
+                "workers are started."
+            )
+        # PPOTrainer insists on a train dataset: an empty list is not an RDataset,
+        # so single-controller mode starts no data service for it.
+        return [], None
 
     def _adjust_config(self, config) -> None:
+        _refuse_unsupported(config)
         if config.actor.weight_update_mode != "disk":
             # xccl would open a weight-update group towards inference servers
             # in __init__; replay sends no weights, so the mode is irrelevant.
@@ -127,6 +140,12 @@ class ReplayMode(ActiveMode):
         if topology.changed and self.topology.is_coordinator():
             logger.warning(topology.describe())
         changed = differences(reader.manifest.determinism, current_settings())
+        workers = self.worker_settings()
+        if reader.manifest.worker_determinism and workers:
+            changed += [
+                f"workers' {c}"
+                for c in differences(reader.manifest.worker_determinism[0], workers[0])
+            ]
         if changed:
             logger.warning(
                 "Determinism settings differ from the dump run's, so the replay may "
@@ -224,6 +243,28 @@ class ReplayMode(ActiveMode):
         if self.topology.is_coordinator() and self.comparison is not None:
             for line in self.comparison.summary_lines():
                 logger.info(line)
+
+
+def _refuse_unsupported(config) -> None:
+    """Runs a replay cannot make inference-free yet: one clear message each."""
+    teacher = getattr(config, "teacher", None)
+    if teacher is not None and getattr(teacher, "engine_type", None) == "rollout":
+        raise UnsupportedReplayError(
+            "Replay of a run with a teacher served as an inference engine "
+            "(teacher.engine_type=rollout) is not supported yet: the teacher's "
+            "log-probs are computed after the recording point and are not in the "
+            "recording, so the replay would have to start the teacher's servers. "
+            "Use teacher.engine_type=train (the teacher runs on the training side "
+            "and replays as usual), or replay without the teacher (teacher=null)."
+        )
+    agent = getattr(config.rollout, "agent", None)
+    if agent is not None and getattr(agent, "mode", None) == "online":
+        raise UnsupportedReplayError(
+            "Replay of an online-mode run (rollout.agent.mode=online) is not "
+            "supported yet: AReaL builds its own empty dataloader for it, which a "
+            "replay cannot drive. Record and replay the same agent in inline mode "
+            "(rollout.agent.mode=inline) instead."
+        )
 
 
 def _skip_weight_update(meta) -> None:

@@ -1,0 +1,22 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``python -m areal_debug.deterministic_worker``: AReaL's RPC server with
+deterministic kernels on, for ``debug.deterministic`` in single-controller mode.
+
+The torch settings are per process, so the controller cannot set them in its
+workers; it starts them through this module instead (``determinism.configure_workers``).
+"""
+
+from __future__ import annotations
+
+
+def main() -> None:
+    from areal_debug.areal_compat import run_rpc_server
+    from areal_debug.determinism import enable_determinism, report_worker_settings
+
+    enable_determinism()
+    report_worker_settings()
+    run_rpc_server()
+
+
+if __name__ == "__main__":
+    main()

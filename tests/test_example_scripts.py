@@ -1,0 +1,153 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A script shaped like AReaL 1.0.4's own gsm8k example, recorded and replayed.
+
+``tests/scripts/gsm8k_rl.py`` keeps AReaL's way of working: its own config class
+(in ``__main__``), its own trainer subclass, ``get_custom_dataset`` (AReaL's data
+service in single-controller mode), a YAML with no ``allocation_mode`` and no
+``debug:`` section. The dump runs against the CPU server; the replay runs the
+unchanged script with no server, no rollout worker and no data service.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from support.harness import TESTS, recording_dir, replay_report, run_logged
+
+from areal_debug.store_reader import RecordingReader
+
+pytestmark = pytest.mark.areal
+
+SCRIPT = os.path.join(TESTS, "scripts", "gsm8k_rl.py")
+CONFIG = os.path.join(TESTS, "scripts", "gsm8k_grpo_cpu.yaml")
+EXPERIMENT = "gsm8k-grpo"
+STEPS = 2
+
+
+def write_gsm8k(root: Path, n_train: int = 32, n_test: int = 8) -> Path:
+    """A local dataset AReaL loads as gsm8k: a ``gsm8k`` folder with config ``main``."""
+    d = root / "gsm8k"
+    (d / "main").mkdir(parents=True)
+    for split, n in (("train", n_train), ("test", n_test)):
+        with open(d / "main" / f"{split}.jsonl", "w") as f:
+            for i in range(n):
+                a, b = i % 7, (3 * i) % 5
+                row = {
+                    "question": f"what is {a} + {b} ?",
+                    "answer": f"{a} + {b} = {a + b}\n#### {a + b}",
+                }
+                f.write(json.dumps(row) + "\n")
+    (d / "README.md").write_text(
+        "---\nconfigs:\n- config_name: main\n  data_files:\n"
+        "  - split: train\n    path: main/train.jsonl\n"
+        "  - split: test\n    path: main/test.jsonl\n---\n"
+    )
+    return d
+
+
+@pytest.fixture(scope="module")
+def gsm8k_workdir(tmp_path_factory, tiny_assets) -> Path:
+    d = tmp_path_factory.mktemp("gsm8k")
+    os.symlink(tiny_assets / "model", d / "model")
+    write_gsm8k(d)
+    os.makedirs(d / "root" / "name_resolve")
+    return d
+
+
+def env_for(workdir: Path, server_addr: str | None = None) -> dict:
+    env = {
+        **os.environ,
+        "AREAL_DEBUG_WORKDIR": str(workdir),
+        "OMP_NUM_THREADS": "1",
+        "HF_DATASETS_OFFLINE": "1",
+    }
+    for key in ("AREAL_LLM_SERVER_ADDRS", "AREAL_SPMD_MODE"):
+        env.pop(key, None)
+    if server_addr is not None:
+        env["AREAL_LLM_SERVER_ADDRS"] = server_addr
+        env["AREAL_DEBUG_CPU_SERVER"] = "1"
+    return env
+
+
+def run_script(workdir: Path, name: str, overrides: list[str], server=None):
+    cmd = [sys.executable, SCRIPT, "--config", CONFIG, *overrides]
+    rc, log = run_logged(cmd, str(workdir), name, env_for(workdir, server), 900)
+    # The CPU server of a dump is the test's own, ended by it.
+    left = [p for p in processes_of(workdir) if "tooling.cpu_server" not in p]
+    assert left == [], f"{name} left processes behind"
+    return rc, log
+
+
+def processes_of(workdir: Path) -> list[str]:
+    """Live processes started for ``workdir`` (RPC, data-service, server...):
+    they all inherit its AREAL_DEBUG_WORKDIR."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if proc.environ().get("AREAL_DEBUG_WORKDIR") != str(workdir):
+                continue
+        except (psutil.AccessDenied, psutil.NoSuchProcess):
+            continue
+        if proc.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(" ".join(proc.info["cmdline"] or []))
+    return found
+
+
+@pytest.fixture(scope="module")
+def gsm8k_dump(gsm8k_workdir):
+    from areal_debug.testing import end_process, start_server
+
+    proc, addr = start_server(gsm8k_workdir, env_for(gsm8k_workdir))
+    try:
+        rc, log = run_script(
+            gsm8k_workdir,
+            "dump",
+            ["debug.dump_rollout_data=true", "debug.deterministic=true"],
+            addr,
+        )
+    finally:
+        end_process(proc)
+    assert processes_of(gsm8k_workdir) == []
+    assert rc == 0, log[-4000:]
+    return log
+
+
+def test_dump_of_an_unchanged_example_script(gsm8k_workdir, gsm8k_dump):
+    # The data service served the datasets (AReaL's default in this mode).
+    assert "role 'data" in gsm8k_dump
+    assert "ScriptTrainer.train (export_style=concat)" in gsm8k_dump
+    assert "lives in the script's __main__" in gsm8k_dump
+    reader = RecordingReader(recording_dir(str(gsm8k_workdir), EXPERIMENT, "trial0"))
+    assert reader.available_steps() == list(range(STEPS))
+    manifest = reader.manifest
+    assert manifest.config["export_style"] == "concat"
+    assert manifest.config["debug"]["dump_rollout_data"] is True
+    assert all(w["torch_deterministic_algorithms"] for w in manifest.worker_determinism)
+    for step in range(STEPS):
+        batch = reader.load_shard(step, 0)
+        assert len(batch) == 8 and batch[0]["input_ids"].shape[0] == 4
+
+
+def test_replay_starts_only_what_trains_and_is_bitwise(gsm8k_workdir, gsm8k_dump):
+    rc, log = run_script(
+        gsm8k_workdir,
+        "replay",
+        ["debug.replay_rollout_data=true", "debug.deterministic=true"],
+    )
+    assert rc == 0, log[-4000:]
+    assert "Creating 1 workers for role 'actor'" in log
+    # No rollout worker, no inference server, no data service, no dataset read.
+    assert "role 'rollout'" not in log and "role 'data" not in log
+    assert "the datasets are not read" in log
+    assert "ScriptTrainer.train (export_style=concat)" in log
+    report = replay_report(str(gsm8k_workdir), EXPERIMENT, "trial0_replay")
+    assert report["summary"]["all_identical"] is True
+    assert report["summary"]["steps"] == STEPS
+    for entry in report["steps"]:
+        assert len(entry["metrics"]) > 90
