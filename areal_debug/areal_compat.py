@@ -407,6 +407,35 @@ def run_rpc_server() -> None:
     rpc_server.main()
 
 
+# -- Ray (scheduler.type: ray) ---------------------------------------------------------------
+# RayScheduler starts workers as Ray actors (areal/infra/scheduler/ray.py:191-200):
+# SchedulingSpec.cmd is never run, env_vars reach them through the runtime env. Ray
+# runs the function named by this variable in each worker process before any actor
+# (ray/_private/workers/default_worker.py:313-320; ray_constants.py:674).
+RAY_WORKER_SETUP_HOOK_ENV = "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"
+# AReaL's default (30 s) for worker start-up counts a worker's import of torch and
+# AReaL; on a busy machine that takes longer.
+RAY_MIN_STARTUP_TIMEOUT = 180.0
+
+
+def is_ray_scheduler(scheduler: Any) -> bool:
+    """areal/infra/scheduler/ray.py RayScheduler."""
+    return type(scheduler).__name__ == "RayScheduler"
+
+
+def lengthen_ray_startup(scheduler: Any) -> None:
+    """RayScheduler.startup_timeout (ray.py:61-68): at least RAY_MIN_STARTUP_TIMEOUT."""
+    if is_ray_scheduler(scheduler):
+        current = getattr(scheduler, "startup_timeout", 0) or 0
+        scheduler.startup_timeout = max(current, RAY_MIN_STARTUP_TIMEOUT)
+
+
+def ray_connected() -> bool:
+    import ray
+
+    return ray.is_initialized()
+
+
 # -- recover checkpoints ------------------------------------------------------------------
 def recover_paths(config, trial: str, names: list[str]) -> tuple[str, dict[str, str]]:
     """(recover info dir, {model name: recover checkpoint dir}) of a trial:

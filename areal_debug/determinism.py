@@ -59,6 +59,10 @@ def _role_specs(config):
             yield role, spec
 
 
+# Run in each Ray worker process before its actor (scheduler.type: ray).
+RAY_SETUP_FUNCTION = f"{WORKER_MODULE}.ray_setup"
+
+
 def configure_workers(config, report_dir: str) -> list[str]:
     """Make every RPC worker of ``config`` deterministic; returns the roles
     whose custom ``cmd`` could not be given the torch settings.
@@ -66,8 +70,12 @@ def configure_workers(config, report_dir: str) -> list[str]:
     The environment goes into each scheduling spec's ``env_vars`` (read by the
     local, Ray and Slurm schedulers alike); the torch settings are process state,
     so AReaL's RPC server module is started through ``WORKER_MODULE``, which
-    applies them, reports them to ``report_dir`` and runs the same server.
+    applies them, reports them to ``report_dir`` and runs the same server. Ray
+    workers are actors, not commands: Ray's worker set-up hook does the same.
     """
+    from areal_debug.areal_compat import RAY_WORKER_SETUP_HOOK_ENV
+
+    on_ray = getattr(getattr(config, "scheduler", None), "type", None) == "ray"
     unchanged = []
     for role, spec in _role_specs(config):
         spec.env_vars = {
@@ -75,6 +83,9 @@ def configure_workers(config, report_dir: str) -> list[str]:
             **DETERMINISM_ENV,
             WORKER_REPORT_ENV: report_dir,
         }
+        if on_ray:
+            spec.env_vars[RAY_WORKER_SETUP_HOOK_ENV] = RAY_SETUP_FUNCTION
+            continue
         cmd = spec.cmd or ""
         if f"-m {RPC_SERVER_MODULE}" in cmd:
             spec.cmd = cmd.replace(RPC_SERVER_MODULE, WORKER_MODULE)

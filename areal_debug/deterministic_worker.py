@@ -3,7 +3,8 @@
 deterministic kernels on, for ``debug.deterministic`` in single-controller mode.
 
 The torch settings are per process, so the controller cannot set them in its
-workers; it starts them through this module instead (``determinism.configure_workers``).
+workers; it starts them through this module instead (``determinism.configure_workers``),
+or, with ``scheduler.type: ray``, names ``ray_setup`` as Ray's worker set-up hook.
 """
 
 from __future__ import annotations
@@ -16,6 +17,15 @@ def main() -> None:
     enable_determinism()
     report_worker_settings()
     run_rpc_server()
+
+
+def ray_setup() -> None:
+    """Ray's worker set-up hook (scheduler.type: ray): the same settings and report
+    in each Ray worker process, before AReaL's RPC actor is created in it."""
+    from areal_debug.determinism import enable_determinism, report_worker_settings
+
+    enable_determinism()
+    report_worker_settings()
 
 
 if __name__ == "__main__":

@@ -10,7 +10,11 @@ from typing import Any
 
 from areal.utils import logging
 
-from areal_debug.areal_compat import scheduler_has_workers
+from areal_debug.areal_compat import (
+    is_ray_scheduler,
+    ray_connected,
+    scheduler_has_workers,
+)
 
 logger = logging.getLogger("DebugWorkerReaper")
 
@@ -41,6 +45,10 @@ class WorkerReaper:
         if self._done or self._scheduler is None:
             return
         self._done = True
+        if is_ray_scheduler(self._scheduler) and not ray_connected():
+            # Ray shut down first (its atexit hook runs before ours): it has
+            # already ended the actors of this driver.
+            return
         try:
             if scheduler_has_workers(self._scheduler):
                 logger.info("Ending the RPC workers this controller started.")

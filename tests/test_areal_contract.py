@@ -313,6 +313,21 @@ def _():
         assert role in fields, role
 
 
+@check("RayScheduler: startup_timeout, actors with a runtime env; Ray's set-up hook")
+def _():
+    from areal.infra.scheduler.ray import RayScheduler
+    from ray._private import ray_constants
+
+    assert "startup_timeout" in params(RayScheduler.__init__)
+    assert "self.startup_timeout = startup_timeout" in source(RayScheduler.__init__)
+    assert "runtime_env=RuntimeEnv(env_vars=" in source(RayScheduler).replace(" ", "")
+    assert (
+        ray_constants.WORKER_PROCESS_SETUP_HOOK_ENV_VAR
+        == areal_compat.RAY_WORKER_SETUP_HOOK_ENV
+    )
+    assert RayScheduler.__name__ == "RayScheduler"
+
+
 # -- allocation strings and launchers ---------------------------------------------------
 @check("_AllocationMode.from_str(...).train.world_size")
 def _():

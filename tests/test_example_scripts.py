@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -23,9 +24,30 @@ from areal_debug.store_reader import RecordingReader
 pytestmark = pytest.mark.areal
 
 SCRIPT = os.path.join(TESTS, "scripts", "gsm8k_rl.py")
-CONFIG = os.path.join(TESTS, "scripts", "gsm8k_grpo_cpu.yaml")
-EXPERIMENT = "gsm8k-grpo"
 STEPS = 2
+
+
+@dataclass(frozen=True)
+class Example:
+    config: str
+    experiment: str
+    # Timings (in the logged statistics) only this config's training side has.
+    marker_stats: tuple[str, ...] = ()
+
+    @property
+    def config_path(self) -> str:
+        return os.path.join(TESTS, "scripts", self.config)
+
+
+EXAMPLES = {
+    "grpo": Example("gsm8k_grpo_cpu.yaml", "gsm8k-grpo"),
+    # Critic values and reference log-probs are computed on the training side.
+    "ppo-critic-ref": Example(
+        "gsm8k_ppo_cpu.yaml",
+        "gsm8k-ppo",
+        ("timeperf/critic_values", "timeperf/critic_train_step", "timeperf/ref_logp"),
+    ),
+}
 
 
 def write_gsm8k(root: Path, n_train: int = 32, n_test: int = 8) -> Path:
@@ -73,8 +95,10 @@ def env_for(workdir: Path, server_addr: str | None = None) -> dict:
     return env
 
 
-def run_script(workdir: Path, name: str, overrides: list[str], server=None):
-    cmd = [sys.executable, SCRIPT, "--config", CONFIG, *overrides]
+def run_script(
+    workdir: Path, example: Example, name, overrides: list[str], server=None
+):
+    cmd = [sys.executable, SCRIPT, "--config", example.config_path, *overrides]
     rc, log = run_logged(cmd, str(workdir), name, env_for(workdir, server), 900)
     # The CPU server of a dump is the test's own, ended by it.
     left = [p for p in processes_of(workdir) if "tooling.cpu_server" not in p]
@@ -99,15 +123,21 @@ def processes_of(workdir: Path) -> list[str]:
     return found
 
 
+@pytest.fixture(scope="module", params=sorted(EXAMPLES))
+def example(request) -> Example:
+    return EXAMPLES[request.param]
+
+
 @pytest.fixture(scope="module")
-def gsm8k_dump(gsm8k_workdir):
+def gsm8k_dump(gsm8k_workdir, example):
     from areal_debug.testing import end_process, start_server
 
     proc, addr = start_server(gsm8k_workdir, env_for(gsm8k_workdir))
     try:
         rc, log = run_script(
             gsm8k_workdir,
-            "dump",
+            example,
+            f"dump-{example.experiment}",
             ["debug.dump_rollout_data=true", "debug.deterministic=true"],
             addr,
         )
@@ -118,26 +148,37 @@ def gsm8k_dump(gsm8k_workdir):
     return log
 
 
-def test_dump_of_an_unchanged_example_script(gsm8k_workdir, gsm8k_dump):
+def test_dump_of_an_unchanged_example_script(gsm8k_workdir, example, gsm8k_dump):
     # The data service served the datasets (AReaL's default in this mode).
     assert "role 'data" in gsm8k_dump
     assert "ScriptTrainer.train (export_style=concat)" in gsm8k_dump
     assert "lives in the script's __main__" in gsm8k_dump
-    reader = RecordingReader(recording_dir(str(gsm8k_workdir), EXPERIMENT, "trial0"))
+    reader = RecordingReader(
+        recording_dir(str(gsm8k_workdir), example.experiment, "trial0")
+    )
     assert reader.available_steps() == list(range(STEPS))
     manifest = reader.manifest
     assert manifest.config["export_style"] == "concat"
     assert manifest.config["debug"]["dump_rollout_data"] is True
     assert all(w["torch_deterministic_algorithms"] for w in manifest.worker_determinism)
+    for key in example.marker_stats:
+        assert key in gsm8k_dump, key
     for step in range(STEPS):
         batch = reader.load_shard(step, 0)
         assert len(batch) == 8 and batch[0]["input_ids"].shape[0] == 4
+        stats = reader.recorded_stats(step)
+        if example.marker_stats:
+            # The KL penalty against the reference model is in the rewards.
+            assert stats["ppo_actor/kl_rewards/avg"] != 0.0
 
 
-def test_replay_starts_only_what_trains_and_is_bitwise(gsm8k_workdir, gsm8k_dump):
+def test_replay_starts_only_what_trains_and_is_bitwise(
+    gsm8k_workdir, example, gsm8k_dump
+):
     rc, log = run_script(
         gsm8k_workdir,
-        "replay",
+        example,
+        f"replay-{example.experiment}",
         ["debug.replay_rollout_data=true", "debug.deterministic=true"],
     )
     assert rc == 0, log[-4000:]
@@ -146,7 +187,7 @@ def test_replay_starts_only_what_trains_and_is_bitwise(gsm8k_workdir, gsm8k_dump
     assert "role 'rollout'" not in log and "role 'data" not in log
     assert "the datasets are not read" in log
     assert "ScriptTrainer.train (export_style=concat)" in log
-    report = replay_report(str(gsm8k_workdir), EXPERIMENT, "trial0_replay")
+    report = replay_report(str(gsm8k_workdir), example.experiment, "trial0_replay")
     assert report["summary"]["all_identical"] is True
     assert report["summary"]["steps"] == STEPS
     for entry in report["steps"]:

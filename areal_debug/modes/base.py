@@ -148,6 +148,7 @@ class ActiveMode(DebugMode):
 
     def build_scheduler(self, default: Callable):
         scheduler = default()
+        areal_compat.lengthen_ray_startup(scheduler)
         base = areal_compat.send_importable_config(scheduler, self.trainer.config)
         if base is not None:
             logger.info(
