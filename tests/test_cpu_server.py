@@ -164,6 +164,39 @@ def test_stop_token_ends_generation(server):
     assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": first}
 
 
+def test_compute_logp_through_remote_sglang_engine_scores_the_given_tokens(
+    server, engine, tiny_assets
+):
+    """A teacher served as an inference engine scores tokens with SGLang's
+    ``input_token_logprobs`` (AReaL's ``RemoteInfEngine.compute_logp``)."""
+    from transformers import AutoModelForCausalLM
+
+    model_path = str(tiny_assets / "model")
+    # Another test may have loaded other weights into the module's server.
+    assert (
+        post(server, "/update_weights_from_disk", {"model_path": model_path})[0] == 200
+    )
+    ids = torch.tensor([PROMPT, PROMPT[::-1]])
+    loss_mask = torch.zeros_like(ids)
+    loss_mask[:, 5:] = 1
+    (out,) = engine.compute_logp([{"input_ids": ids, "loss_mask": loss_mask}])
+    model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.float32)
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=ids).logits.float(), -1)
+    # The log-prob of token j given the tokens before it, written at j.
+    expected = torch.zeros(ids.shape)
+    expected[:, 5:] = logp[:, 4:-1].gather(-1, ids[:, 5:, None])[..., 0]
+    assert out.shape == ids.shape
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    assert bool((out[:, :5] == 0).all())
+    status, bad = post(
+        server,
+        "/generate",
+        {"input_ids": PROMPT, "return_logprob": True, "logprob_start_len": 99},
+    )
+    assert status == 400 and "logprob_start_len" in bad["error"]
+
+
 def test_weight_update_from_disk_changes_outputs(server, tmp_path):
     from transformers import AutoModelForCausalLM
 

@@ -11,6 +11,9 @@ from support.harness import rpc_workers
 
 pytestmark = pytest.mark.areal
 
+# Two steps: the second trains on weights the first updated on the server.
+STEPS = 2
+
 
 def server_processes(workdir) -> list[str]:
     out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
@@ -39,7 +42,7 @@ def test_demo_records_and_replays_bit_for_bit(tmp_path, nproc, extra):
             "--workdir",
             str(wd),
             "--steps",
-            "3",
+            str(STEPS),
             "--nproc",
             str(nproc),
             *extra,
@@ -51,9 +54,10 @@ def test_demo_records_and_replays_bit_for_bit(tmp_path, nproc, extra):
     )
     out = run.stdout
     assert run.returncode == 0, out[-3000:] + run.stderr[-3000:]
-    assert "OK: all 3 steps replayed bit for bit." in out
-    assert "dump: step 3 of 3 done" in out and "replay: step 3 of 3 done" in out
-    assert out.count("(all metrics)") == 3
+    assert f"OK: all {STEPS} steps replayed bit for bit." in out
+    assert f"dump: step {STEPS} of {STEPS} done" in out
+    assert f"replay: step {STEPS} of {STEPS} done" in out
+    assert out.count("(all metrics)") == STEPS
     assert "ppo_actor/update/grad_norm" in out
     assert server_processes(wd) == []
     # The recording was made by AReaL's real SGLang client against the server.
@@ -76,6 +80,6 @@ def test_demo_records_and_replays_bit_for_bit(tmp_path, nproc, extra):
     assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
     (report,) = (wd / "root" / "logs").rglob("again/replay_report.json")
     summary = json.loads(report.read_text())["summary"]
-    assert summary["all_identical"] is True and summary["steps"] == 3
+    assert summary["all_identical"] is True and summary["steps"] == STEPS
     # Single-controller runs start RPC workers; none may outlive the demo.
     assert rpc_workers(wd) == []

@@ -101,7 +101,25 @@ def parse_generate(payload: Any, vocab_size: int) -> tuple[list[int], dict]:
         raise BadRequest("sampling_params.temperature must be >= 0")
     if not 0 < params["top_p"] <= 1:
         raise BadRequest("sampling_params.top_p must be in (0, 1]")
+    params["input_logprob_start"] = _input_logprob_start(payload, len(ids))
     return ids, params
+
+
+def _input_logprob_start(payload: dict, n_ids: int) -> int | None:
+    """Where SGLang's ``input_token_logprobs`` start (scoring requests, e.g. a
+    teacher's ``compute_logp``), or None when the request asks for none."""
+    if not payload.get("return_logprob"):
+        return None
+    start = payload.get("logprob_start_len")
+    if start is None or start == -1:
+        # SGLang's default: the last prompt token only.
+        return n_ids - 1
+    if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start < n_ids:
+        raise BadRequest(
+            f"'logprob_start_len' must be an integer in [0, {n_ids}) or -1, "
+            f"got {start!r}"
+        )
+    return start
 
 
 def _filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -161,17 +179,27 @@ class Generator:
                 finish = {"type": "stop", "matched": token}
                 break
             inp = torch.tensor([[token]])
-        return {
-            "text": "",
-            "output_ids": [t for _, t, _ in out],
-            "meta_info": {
-                "finish_reason": finish,
-                "prompt_tokens": len(ids),
-                "completion_tokens": len(out),
-                "output_token_logprobs": out,
-                "weight_version": self.weight_version,
-            },
+        meta = {
+            "finish_reason": finish,
+            "prompt_tokens": len(ids),
+            "completion_tokens": len(out),
+            "output_token_logprobs": out,
+            "weight_version": self.weight_version,
         }
+        if p.get("input_logprob_start") is not None:
+            meta["input_token_logprobs"] = self.score(ids, p["input_logprob_start"])
+        return {"text": "", "output_ids": [t for _, t, _ in out], "meta_info": meta}
+
+    @torch.no_grad()
+    def score(self, ids: list[int], start: int) -> list[list]:
+        """SGLang's ``input_token_logprobs``: ``[logprob, id, None]`` of each prompt
+        token from ``start`` on, given the tokens before it (None for the first)."""
+        logits = self.model(input_ids=torch.tensor([ids])).logits[0].float()
+        logp = torch.log_softmax(logits, -1)
+        return [
+            [None if j == 0 else float(logp[j - 1, ids[j]]), ids[j], None]
+            for j in range(start, len(ids))
+        ]
 
     def load_weights(self, path: str) -> None:
         self.model = load_model(path)
