@@ -104,6 +104,13 @@ class TrainerHooks(PPOTrainer):
             rollout_config, is_eval=is_eval, lora_path=lora_path
         )
 
+    # rl_trainer.py:1092 PPOTrainer._init_teacher_rollout (teacher.engine_type=rollout)
+    def _init_teacher_rollout(self, rollout_config):
+        return self.build_teacher_engine(rollout_config)
+
+    def build_teacher_engine(self, rollout_config):
+        return super()._init_teacher_rollout(rollout_config)
+
     # rl_trainer.py:1192 PPOTrainer._save_recover_checkpoint
     def _save_recover_checkpoint(self, epoch: int, epoch_step: int, global_step: int):
         return self.save_recover_checkpoint(epoch, epoch_step, global_step)
@@ -214,6 +221,15 @@ def rollout_dp_size(trainer: PPOTrainer) -> int:
 
 def rollout_backend(trainer: PPOTrainer) -> str:
     return trainer.rollout_alloc.backend
+
+
+def teacher_dp_size(trainer: PPOTrainer) -> int:
+    """rl_trainer.py:183-198 ``teacher_alloc``, from ``teacher.rollout.backend``."""
+    return trainer.teacher_alloc.parallel.dp_size
+
+
+def teacher_backend(trainer: PPOTrainer) -> str:
+    return trainer.teacher_alloc.backend
 
 
 def rollout_controller_version(rollout_config) -> str:

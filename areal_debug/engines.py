@@ -17,6 +17,8 @@ from typing import Any
 from areal.utils import logging
 
 from areal_debug.replay_loader import ReplayDataLoader
+from areal_debug.store_format import RecordingError
+from areal_debug.store_reader import RecordingReader
 
 logger = logging.getLogger("DebugReplay")
 
@@ -167,3 +169,45 @@ class ReplayEngine:
             f"exists. If your script calls trainer.rollout.{name} itself, guard "
             "that call with `if not config.debug.replay_rollout_data`."
         )
+
+
+class ReplayTeacher:
+    """Stands in for a teacher served as an inference engine in replay mode:
+    ``compute_logp`` returns the log-probs the dump run's teacher computed for the
+    step's batch, so a distillation run replays with no teacher server."""
+
+    def __init__(
+        self,
+        reader: RecordingReader,
+        current_step: Callable[[], int | None],
+        transform: Callable[[list], list] | None = None,
+    ):
+        self.reader = reader
+        self._current_step = current_step
+        # How recorded tensors are presented (single-controller: as RTensors).
+        self._transform = transform
+
+    def compute_logp(self, data: Batch) -> list:
+        step = self._current_step()
+        logps = self.reader.recorded_teacher_logp(step)
+        if len(logps) != len(data):
+            raise RecordingError(
+                f"The recording holds teacher log-probs of {len(logps)} trajectories "
+                f"for step {step}, but the replayed batch has {len(data)}. Teacher "
+                "log-probs replay on the dump run's layout (single-controller mode); "
+                "replay in that mode, or without the teacher (teacher=null)."
+            )
+        return self._transform(logps) if self._transform is not None else logps
+
+    # Nothing to start, offload, or end.
+    def initialize(self, *args, **kwargs) -> None:
+        pass
+
+    def destroy(self) -> None:
+        pass
+
+    def offload(self) -> None:
+        pass
+
+    def onload(self, *args, **kwargs) -> None:
+        pass

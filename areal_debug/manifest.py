@@ -24,6 +24,13 @@ def _typed(data: dict, name: str, types, required: bool, default=None):
     return value
 
 
+def _flag(data: dict, name: str) -> bool:
+    value = data.get(name, False)
+    if not isinstance(value, bool):
+        raise ValueError(f"{name!r} must be true or false, got {value!r}")
+    return value
+
+
 @dataclass
 class Layout:
     """How the dump run produced its batches: one shard per DP head (SPMD) or one
@@ -87,6 +94,8 @@ class Manifest:
     # Single-controller mode: what each RPC worker reported running with.
     worker_determinism: list[dict[str, Any]] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)
+    # Each step also holds the teacher's log-probs (teacher.engine_type=rollout).
+    recorded_teacher_logp: bool = False
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -112,4 +121,5 @@ class Manifest:
             worker_determinism=_typed(data, "worker_determinism", list, False, [])
             or [],
             config=_typed(data, "config", dict, False, {}) or {},
+            recorded_teacher_logp=_flag(data, "recorded_teacher_logp"),
         )

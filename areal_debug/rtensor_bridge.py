@@ -112,7 +112,7 @@ _REPLAY_SHARD = "areal-debug-replay/"
 
 def as_inline_rtensors(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Wrap each recorded trajectory as the rollout controller would return it."""
-    return [_inline(_compact(traj)) for traj in batch]
+    return [inline_rtensors(_compact(traj)) for traj in batch]
 
 
 def _compact(traj: Any) -> Any:
@@ -126,7 +126,8 @@ def _compact(traj: Any) -> Any:
     return traj
 
 
-def _inline(value: Any) -> Any:
+def inline_rtensors(value: Any) -> Any:
+    """Every tensor in ``value`` as an RTensor carrying it inline."""
     RTensor, TensorShardInfo = rtensor_types()
 
     def leaf(v: Any) -> Any:

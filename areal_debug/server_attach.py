@@ -20,29 +20,31 @@ from areal_debug import areal_compat
 logger = logging.getLogger("DebugServerAttach")
 
 SERVER_ADDRS_ENV = "AREAL_LLM_SERVER_ADDRS"
+# A teacher served as an inference engine (teacher.engine_type=rollout): AReaL has
+# no variable for it and always launches its servers in single-controller mode.
+TEACHER_ADDRS_ENV = "AREAL_DEBUG_TEACHER_SERVER_ADDRS"
 
 
-def server_infos_from_env(n_servers: int) -> list | None:
-    """Already-running inference servers named by ``AREAL_LLM_SERVER_ADDRS``;
-    ``None`` when the variable is unset."""
-    raw = os.environ.get(SERVER_ADDRS_ENV, "").strip()
+def server_infos_from_env(n_servers: int, env: str = SERVER_ADDRS_ENV) -> list | None:
+    """Already-running inference servers named by the variable ``env``; ``None``
+    when it is unset."""
+    raw = os.environ.get(env, "").strip()
     if not raw:
         return None
     addrs = [a.strip() for a in raw.split(",") if a.strip()]
     if len(addrs) != n_servers:
         raise ValueError(
-            f"{SERVER_ADDRS_ENV}={raw!r} names {len(addrs)} server(s), but the "
-            f"rollout allocation has {n_servers} data-parallel instance(s): each "
-            "rollout worker attaches to one server. Give one host:port per "
-            f"instance, or unset {SERVER_ADDRS_ENV} to let AReaL launch servers."
+            f"{env}={raw!r} names {len(addrs)} server(s), but the allocation has "
+            f"{n_servers} data-parallel instance(s): each inference worker attaches "
+            f"to one server. Give one host:port per instance, or unset {env} to "
+            "let AReaL launch servers."
         )
     infos = []
     for addr in addrs:
         host, sep, port = addr.rpartition(":")
         if not sep or not host or not port.isdigit():
             raise ValueError(
-                f"{SERVER_ADDRS_ENV} entry {addr!r} is not host:port (e.g. "
-                "127.0.0.1:30000)."
+                f"{env} entry {addr!r} is not host:port (e.g. 127.0.0.1:30000)."
             )
         infos.append(areal_compat.inference_server_info(host, int(port)))
     return infos
@@ -51,19 +53,41 @@ def server_infos_from_env(n_servers: int) -> list | None:
 def attach_rollout_controller(trainer: Any, rollout_config) -> Any | None:
     """AReaL's rollout controller attached to the servers of
     ``AREAL_LLM_SERVER_ADDRS``, or ``None`` when the variable is unset."""
-    infos = server_infos_from_env(areal_compat.rollout_dp_size(trainer))
+    return _attach(
+        trainer.scheduler,
+        rollout_config,
+        role="rollout",
+        env=SERVER_ADDRS_ENV,
+        n_servers=areal_compat.rollout_dp_size(trainer),
+        backend=areal_compat.rollout_backend(trainer),
+    )
+
+
+def attach_teacher_controller(trainer: Any, rollout_config) -> Any | None:
+    """The teacher's controller attached to the servers of
+    ``AREAL_DEBUG_TEACHER_SERVER_ADDRS``, or ``None`` when the variable is unset."""
+    return _attach(
+        trainer.scheduler,
+        rollout_config,
+        role="teacher",
+        env=TEACHER_ADDRS_ENV,
+        n_servers=areal_compat.teacher_dp_size(trainer),
+        backend=areal_compat.teacher_backend(trainer),
+    )
+
+
+def _attach(scheduler, rollout_config, *, role, env, n_servers, backend):
+    infos = server_infos_from_env(n_servers, env)
     if infos is None:
         return None
     if areal_compat.rollout_controller_version(rollout_config) == "v2":
         raise ValueError(
-            "Attaching to running inference servers (AREAL_LLM_SERVER_ADDRS) "
-            "works with AReaL's rollout controller v1, not rollout._version=v2."
+            f"Attaching to running inference servers ({env}) works with AReaL's "
+            "rollout controller v1, not _version=v2."
         )
-    engine_cls = areal_compat.rollout_controller_class(
-        areal_compat.rollout_backend(trainer)
-    )
-    controller = engine_cls.as_controller(deepcopy(rollout_config), trainer.scheduler)
+    engine_cls = areal_compat.rollout_controller_class(backend)
+    controller = engine_cls.as_controller(deepcopy(rollout_config), scheduler)
     addrs = ", ".join(f"{i.host}:{i.port}" for i in infos)
-    logger.info(f"Rollout workers attach to running inference servers: {addrs}")
-    controller.initialize(role="rollout", server_infos=infos)
+    logger.info(f"The {role} workers attach to running inference servers: {addrs}")
+    controller.initialize(role=role, server_infos=infos)
     return controller

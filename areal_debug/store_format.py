@@ -8,6 +8,7 @@ Layout (see docs/format.md)::
     <path>/step-000007/shard-00000.json   that payload's size, sha256, counts
     <path>/step-000007/step.json          written last: the step exists
     <path>/step-000007/stats.json         statistics the trainer committed
+    <path>/step-000007/teacher_logp.pt    the teacher's log-probs (when it runs)
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ MANIFEST = "manifest.json"
 STEP_META = "step.json"
 STATS = "stats.json"
 RNG = "rng.pt"
+TEACHER_LOGP = "teacher_logp.pt"
+TEACHER_LOGP_META = "teacher_logp.json"
 
 
 class RecordingError(RuntimeError):

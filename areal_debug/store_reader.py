@@ -147,6 +147,32 @@ class RecordingReader:
         )
         return load_payload_bytes(data, path)
 
+    def recorded_teacher_logp(self, step: int) -> list[torch.Tensor]:
+        """The teacher's log-probs of the step's batch, one tensor per trajectory."""
+        entry = self.step_meta(step).get("teacher_logp")
+        if entry is None:
+            raise RecordingError(
+                f"Step {step} of the recording at {self.path} holds no teacher "
+                "log-probs, but the replayed run has a teacher served as an inference "
+                "engine. Record with a single-controller dump run that has the same "
+                "teacher, or replay without the teacher (teacher=null)."
+            )
+        path = os.path.join(self.path, step_dirname(step), entry["file"])
+        data = _read_checked(
+            path,
+            entry["sha256"],
+            "The file changed after it was recorded; restore it or re-record.",
+        )
+        logps = load_payload_bytes(data, path)
+        if not isinstance(logps, list) or not all(
+            isinstance(t, torch.Tensor) for t in logps
+        ):
+            raise RecordingError(
+                f"{path} must hold a list of tensors (one per trajectory), not "
+                f"{type(logps).__name__} {str(logps)[:80]}. Re-record the step."
+            )
+        return logps
+
     # -- payloads ----------------------------------------------------------------
     def load_shard(self, step: int, shard: int) -> list[dict[str, Any]]:
         entry = self.step_meta(step)["shards"][shard]

@@ -24,6 +24,8 @@ from areal_debug.store_format import (
     RNG,
     STATS,
     STEP_META,
+    TEACHER_LOGP,
+    TEACHER_LOGP_META,
     RecordingError,
     atomic_write_bytes,
     atomic_write_json,
@@ -109,8 +111,11 @@ class RecordingWriter:
         steps_per_epoch: int,
         max_pending: int = 2,
         clone_tensors: bool = True,
+        records_teacher: bool = False,
     ):
         self.path = path
+        # A step is complete only with the teacher's log-probs too.
+        self.records_teacher = records_teacher
         self.shard = shard
         self.num_shards = num_shards
         self.steps_per_epoch = steps_per_epoch
@@ -134,6 +139,15 @@ class RecordingWriter:
         if not isinstance(batch, Future):
             batch = snapshot_batch(batch, self.clone_tensors)
         self._put(("batch", global_step, batch))
+
+    def submit_teacher_logp(
+        self, global_step: int, logps: list[torch.Tensor] | Future
+    ) -> None:
+        """Queue the teacher's log-probs of the step's batch, one tensor per
+        trajectory in batch order (or a ``Future`` of the fetched list)."""
+        if not isinstance(logps, Future):
+            logps = snapshot_value(list(logps), self.clone_tensors, ("teacher_logp",))
+        self._put(("teacher", global_step, logps))
 
     def submit_stats(
         self,
@@ -206,6 +220,12 @@ class RecordingWriter:
                         if isinstance(payload, Future):
                             payload = snapshot_batch(payload.result(), False)
                         self._write_shard(step, payload)
+                    elif kind == "teacher":
+                        if isinstance(payload, Future):
+                            payload = snapshot_value(
+                                payload.result(), False, ("teacher_logp",)
+                            )
+                        self._write_teacher_logp(step, payload)
                     elif kind == "rng":
                         self._write_rng(step, payload)
                     else:
@@ -239,6 +259,18 @@ class RecordingWriter:
         )
         self._maybe_finish_step(step)
 
+    def _write_teacher_logp(self, step: int, logps: list[torch.Tensor]) -> None:
+        step_dir = self._step_dir(step)
+        nbytes, sha = save_payload(os.path.join(step_dir, TEACHER_LOGP), logps)
+        meta = {
+            "file": TEACHER_LOGP,
+            "bytes": nbytes,
+            "sha256": sha,
+            "num_trajectories": len(logps),
+        }
+        atomic_write_json(os.path.join(step_dir, TEACHER_LOGP_META), meta)
+        self._maybe_finish_step(step)
+
     def _maybe_finish_step(self, step: int) -> None:
         """Write step.json once every head's shard metadata is on disk.
 
@@ -253,6 +285,12 @@ class RecordingWriter:
             if not os.path.exists(p):
                 return
             metas.append(read_json(p, "shard metadata"))
+        teacher = None
+        if self.records_teacher:
+            p = os.path.join(step_dir, TEACHER_LOGP_META)
+            if not os.path.exists(p):
+                return
+            teacher = read_json(p, "teacher log-prob metadata")
         epoch, epoch_step = epoch_of(step, self.steps_per_epoch)
         versions = [m["policy_version"] for m in metas if m["policy_version"]]
         step_meta = {
@@ -268,6 +306,8 @@ class RecordingWriter:
             else None,
             "shards": metas,
         }
+        if teacher is not None:
+            step_meta["teacher_logp"] = teacher
         atomic_write_json(os.path.join(step_dir, STEP_META), step_meta)
 
     def _write_rng(self, step: int, payload: dict) -> None:

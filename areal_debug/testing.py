@@ -134,17 +134,18 @@ def tail(path: Path, n: int = 30) -> str:
 
 
 def start_server(
-    workdir, env: dict, timeout: float = 180
+    workdir, env: dict, timeout: float = 180, name: str = "server"
 ) -> tuple[subprocess.Popen, str]:
     """Start the CPU server on ``workdir/model`` in its own session and wait
     until it is healthy; returns the process and its ``host:port``.
 
-    It logs to ``workdir/server.log``; end it with :func:`end_process`. Raises
+    It logs to ``workdir/<name>.log``; end it with :func:`end_process`. Raises
     :class:`ServerError` (after ending it) if it exits or is not healthy within
     ``timeout`` seconds.
     """
     workdir = Path(workdir)
-    addr_file = workdir / "server.addr"
+    log_path = workdir / f"{name}.log"
+    addr_file = workdir / f"{name}.addr"
     addr_file.unlink(missing_ok=True)
     cmd = [
         sys.executable,
@@ -155,7 +156,7 @@ def start_server(
         "--addr-file",
         str(addr_file),
     ]
-    with open(workdir / "server.log", "w") as log:
+    with open(log_path, "w") as log:
         proc = subprocess.Popen(
             cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
@@ -164,8 +165,7 @@ def start_server(
         if proc.poll() is not None:
             end_process(proc)
             raise ServerError(
-                f"the CPU server exited ({proc.returncode}):\n"
-                f"{tail(workdir / 'server.log')}"
+                f"the CPU server exited ({proc.returncode}):\n{tail(log_path)}"
             )
         if addr_file.exists():
             addr = addr_file.read_text().strip()

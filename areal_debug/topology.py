@@ -22,9 +22,13 @@ from areal_debug.manifest import SINGLE_CONTROLLER, SPMD, Layout
 from areal_debug.rtensor_bridge import (
     BatchFetcher,
     as_inline_rtensors,
+    inline_rtensors,
     without_inline_rtensors,
 )
-from areal_debug.server_attach import attach_rollout_controller
+from areal_debug.server_attach import (
+    attach_rollout_controller,
+    attach_teacher_controller,
+)
 from areal_debug.worker_reaper import WorkerReaper
 
 logger = logging.getLogger("DebugTopology")
@@ -66,6 +70,21 @@ class Topology:
     def present_replayed(self, batch: Batch) -> Batch:
         """A recorded batch as this mode's inference side returns it."""
         return batch
+
+    # A teacher served as an inference engine (teacher.engine_type=rollout).
+    records_teacher = False
+
+    def attach_teacher(self, trainer, rollout_config) -> Any | None:
+        """The teacher's engine attached to running servers, or None."""
+        return None
+
+    def record_teacher(self, engine, on_logps: Callable, patches) -> Any:
+        """Make the teacher ``engine`` hand each ``compute_logp`` result to ``on_logps``."""
+        return engine
+
+    def present_replayed_values(self, values: list) -> list:
+        """Recorded tensors as this mode's inference side returns them."""
+        return values
 
     def patch_actor(self, trainer, patches) -> None:
         pass
@@ -164,7 +183,7 @@ class SingleControllerTopology(Topology):
     def record_engine(self, engine, on_batch, patches):
         # The methods are replaced on the instance, not wrapped in another
         # object: AReaL checks isinstance(trainer.rollout, RolloutController).
-        fetcher = self.fetcher = BatchFetcher()
+        fetcher = self._fetcher()
         for name in ("prepare_batch", "rollout_batch"):
 
             def make(original):
@@ -181,6 +200,33 @@ class SingleControllerTopology(Topology):
 
     def present_replayed(self, batch: Batch) -> Batch:
         return as_inline_rtensors(batch)
+
+    records_teacher = True
+
+    def attach_teacher(self, trainer, rollout_config):
+        return attach_teacher_controller(trainer, rollout_config)
+
+    def record_teacher(self, engine, on_logps, patches):
+        # The teacher's RolloutController returns RTensors held by its workers,
+        # fetched like the batch, before the step's clear_batches.
+        def make(compute_logp):
+            def recorded(data):
+                logps = compute_logp(data)
+                on_logps(self._fetcher().submit(logps))
+                return logps
+
+            return recorded
+
+        patches.wrap(engine, "compute_logp", make)
+        return engine
+
+    def present_replayed_values(self, values: list) -> list:
+        return inline_rtensors(values)
+
+    def _fetcher(self) -> BatchFetcher:
+        if self.fetcher is None:
+            self.fetcher = BatchFetcher()
+        return self.fetcher
 
     def patch_actor(self, trainer, patches) -> None:
         """AReaL's ``clear_batches`` at step end drops the workers' copies of the

@@ -44,6 +44,11 @@ class DebugPPOTrainer(TrainerHooks):
             super().build_inference_engine, rollout_config, is_eval, lora_path
         )
 
+    def build_teacher_engine(self, rollout_config):
+        return self.debug_mode.build_teacher_engine(
+            super().build_teacher_engine, rollout_config
+        )
+
     def save_recover_checkpoint(self, epoch, epoch_step, global_step):
         return self.debug_mode.save_recover_checkpoint(
             super().save_recover_checkpoint, epoch, epoch_step, global_step

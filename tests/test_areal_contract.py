@@ -46,6 +46,7 @@ HOOKS = {
     "_init_scheduler": ["self"],
     "_create_dataloader": ["self", "dataset", "dataset_config", "rank", "world_size"],
     "_init_rollout": ["self", "rollout_config", "is_eval", "lora_path"],
+    "_init_teacher_rollout": ["self", "rollout_config"],
     "_save_recover_checkpoint": ["self", "epoch", "epoch_step", "global_step"],
     "_evaluate": [
         "self",
@@ -109,6 +110,7 @@ def _():
     for attr in (
         "self.actor_alloc",
         "self.rollout_alloc",
+        "self.teacher_alloc",
         "self.recover_info",
         "self.recover_handler",
         "self.stats_logger",
@@ -117,6 +119,15 @@ def _():
         "self.eval_rollout",
     ):
         assert attr in body, attr
+
+
+@check("PPOTrainer.train: the teacher's log-probs per step (recorded, replayed)")
+def _():
+    body = source(ppo_trainer().train)
+    assert "teacher_logps = self.teacher.compute_logp(rollout_batch)" in body
+    assert 'traj["teacher_logp"] = logp' in body
+    init = source(ppo_trainer().__init__)
+    assert "self._init_teacher_rollout(self.config.teacher.rollout)" in init
 
 
 # -- recover checkpoints (areal/utils/recover.py, saver.py, io_struct.py) ------------

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from support.harness import TESTS, recording_dir, replay_report, run_logged
 
+from areal_debug.server_attach import TEACHER_ADDRS_ENV
 from areal_debug.store_reader import RecordingReader
 
 pytestmark = pytest.mark.areal
@@ -33,6 +34,8 @@ class Example:
     experiment: str
     # Timings (in the logged statistics) only this config's training side has.
     marker_stats: tuple[str, ...] = ()
+    # A teacher served as an inference engine: the dump gets its own CPU server.
+    teacher: bool = False
 
     @property
     def config_path(self) -> str:
@@ -40,7 +43,8 @@ class Example:
 
 
 EXAMPLES = {
-    "grpo": Example("gsm8k_grpo_cpu.yaml", "gsm8k-grpo"),
+    # GRPO with a teacher served as an inference engine (distillation).
+    "grpo-teacher": Example("gsm8k_distill_cpu.yaml", "gsm8k-distill", teacher=True),
     # Critic values and reference log-probs are computed on the training side.
     "ppo-critic-ref": Example(
         "gsm8k_ppo_cpu.yaml",
@@ -80,26 +84,36 @@ def gsm8k_workdir(tmp_path_factory, tiny_assets) -> Path:
     return d
 
 
-def env_for(workdir: Path, server_addr: str | None = None) -> dict:
+def env_for(
+    workdir: Path, server_addr: str | None = None, teacher_addr: str | None = None
+) -> dict:
     env = {
         **os.environ,
         "AREAL_DEBUG_WORKDIR": str(workdir),
         "OMP_NUM_THREADS": "1",
         "HF_DATASETS_OFFLINE": "1",
     }
-    for key in ("AREAL_LLM_SERVER_ADDRS", "AREAL_SPMD_MODE"):
+    for key in ("AREAL_LLM_SERVER_ADDRS", TEACHER_ADDRS_ENV, "AREAL_SPMD_MODE"):
         env.pop(key, None)
     if server_addr is not None:
         env["AREAL_LLM_SERVER_ADDRS"] = server_addr
         env["AREAL_DEBUG_CPU_SERVER"] = "1"
+    if teacher_addr is not None:
+        env[TEACHER_ADDRS_ENV] = teacher_addr
     return env
 
 
 def run_script(
-    workdir: Path, example: Example, name, overrides: list[str], server=None
+    workdir: Path,
+    example: Example,
+    name,
+    overrides: list[str],
+    server=None,
+    teacher=None,
 ):
     cmd = [sys.executable, SCRIPT, "--config", example.config_path, *overrides]
-    rc, log = run_logged(cmd, str(workdir), name, env_for(workdir, server), 900)
+    env = env_for(workdir, server, teacher)
+    rc, log = run_logged(cmd, str(workdir), name, env, 900)
     # The CPU server of a dump is the test's own, ended by it.
     left = [p for p in processes_of(workdir) if "tooling.cpu_server" not in p]
     assert left == [], f"{name} left processes behind"
@@ -132,17 +146,25 @@ def example(request) -> Example:
 def gsm8k_dump(gsm8k_workdir, example):
     from areal_debug.testing import end_process, start_server
 
-    proc, addr = start_server(gsm8k_workdir, env_for(gsm8k_workdir))
+    servers = []
     try:
+        servers.append(start_server(gsm8k_workdir, env_for(gsm8k_workdir)))
+        if example.teacher:
+            # The teacher keeps its weights; the rollout server gets the actor's.
+            servers.append(
+                start_server(gsm8k_workdir, env_for(gsm8k_workdir), name="teacher")
+            )
+        addrs = [addr for _, addr in servers]
         rc, log = run_script(
             gsm8k_workdir,
             example,
             f"dump-{example.experiment}",
             ["debug.dump_rollout_data=true", "debug.deterministic=true"],
-            addr,
+            *addrs,
         )
     finally:
-        end_process(proc)
+        for proc, _ in servers:
+            end_process(proc)
     assert processes_of(gsm8k_workdir) == []
     assert rc == 0, log[-4000:]
     return log
@@ -170,6 +192,17 @@ def test_dump_of_an_unchanged_example_script(gsm8k_workdir, example, gsm8k_dump)
         if example.marker_stats:
             # The KL penalty against the reference model is in the rewards.
             assert stats["ppo_actor/kl_rewards/avg"] != 0.0
+        if example.teacher:
+            # One score per generated token of each trajectory, from the teacher.
+            logps = reader.recorded_teacher_logp(step)
+            assert [t.shape for t in logps] == [t["loss_mask"].shape for t in batch]
+            for t, traj in zip(logps, batch, strict=True):
+                scored = traj["loss_mask"].bool()
+                assert bool((t[scored] < 0).all()) and bool((t[~scored] == 0).all())
+    assert manifest.recorded_teacher_logp is example.teacher
+    if example.teacher:
+        assert "The teacher workers attach to running inference servers" in gsm8k_dump
+        assert "role 'teacher'" in gsm8k_dump
 
 
 def test_replay_starts_only_what_trains_and_is_bitwise(
@@ -185,8 +218,11 @@ def test_replay_starts_only_what_trains_and_is_bitwise(
     assert "Creating 1 workers for role 'actor'" in log
     # No rollout worker, no inference server, no data service, no dataset read.
     assert "role 'rollout'" not in log and "role 'data" not in log
+    assert "role 'teacher'" not in log
     assert "the datasets are not read" in log
     assert "ScriptTrainer.train (export_style=concat)" in log
+    if example.teacher:
+        assert "the teacher's log-probs come from the recording" in log
     report = replay_report(str(gsm8k_workdir), example.experiment, "trial0_replay")
     assert report["summary"]["all_identical"] is True
     assert report["summary"]["steps"] == STEPS

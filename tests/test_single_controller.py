@@ -70,7 +70,7 @@ def replay(workdir, mode: str, trial: str, replay_trial: str, *extra, nproc=1):
 
 
 def test_dump_records_one_shard_per_step_on_the_controller(sc_workdir, sc_d2):
-    assert "Rollout workers attach to running inference servers" in sc_d2.run.log
+    assert "The rollout workers attach to running inference servers" in sc_d2.run.log
     reader = RecordingReader(recording(sc_workdir, "sc"))
     layout = reader.manifest.layout
     assert layout.mode == SC

@@ -328,3 +328,49 @@ for step in range(5):
     reader = RecordingReader(str(tmp_path))
     assert reader.available_steps() == [0, 1, 2, 3, 4]
     assert_batches_equal([traj(4, length=4096)], reader.load_shard(4, 0))
+
+
+def test_teacher_log_probs_complete_the_step_and_load_checked(tmp_path):
+    from concurrent.futures import Future
+
+    from areal_debug.engines import ReplayTeacher
+    from areal_debug.store_format import TEACHER_LOGP
+
+    path = str(tmp_path / "rec")
+    write_manifest(path, manifest())
+    writer = RecordingWriter(
+        path, shard=0, num_shards=1, steps_per_epoch=10, records_teacher=True
+    )
+    batch = [traj(0), traj(1)]
+    logps = [-torch.rand(2, 5), -torch.rand(2, 5)]
+    writer.submit_batch(0, batch)
+    writer.flush()
+    # The batch alone does not make the step: its teacher log-probs are due.
+    assert RecordingReader(path).available_steps() == []
+    fetched: Future = Future()  # as the single-controller fetch hands them over
+    fetched.set_result(logps)
+    writer.submit_teacher_logp(0, fetched)
+    writer.close()
+    reader = RecordingReader(path)
+    assert reader.available_steps() == [0]
+    assert reader.step_meta(0)["teacher_logp"]["num_trajectories"] == 2
+    got = reader.recorded_teacher_logp(0)
+    assert all(torch.equal(a, b) for a, b in zip(got, logps, strict=True))
+    teacher = ReplayTeacher(reader, lambda: 0)
+    assert len(teacher.compute_logp(batch)) == 2
+    with pytest.raises(RecordingError, match="teacher log-probs of 2 trajectories"):
+        teacher.compute_logp(batch[:1])
+    with open(os.path.join(path, step_dirname(0), TEACHER_LOGP), "r+b") as f:
+        f.seek(-3, 2)
+        f.write(b"\x00\x01\x02")
+    with pytest.raises(RecordingError, match=f"Checksum mismatch in .*{TEACHER_LOGP}"):
+        RecordingReader(path).recorded_teacher_logp(0)
+
+
+def test_a_step_without_teacher_log_probs_says_how_to_replay(tmp_path):
+    path = str(tmp_path / "rec")
+    record(path, {0: [[traj(0)]]})
+    with pytest.raises(
+        RecordingError, match="holds no teacher log-probs.*teacher=null"
+    ):
+        RecordingReader(path).recorded_teacher_logp(0)

@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Runs a replay cannot make inference-free yet are refused with one clear message."""
+"""Runs a replay cannot make inference-free are refused with one clear message."""
 
 from types import SimpleNamespace
 
 import pytest
 
+from areal_debug.manifest import Layout, Manifest
 from areal_debug.modes.replay import UnsupportedReplayError, _refuse_unsupported
 
 
@@ -13,17 +14,40 @@ def config(teacher=None, agent_mode=None):
     return SimpleNamespace(teacher=teacher, rollout=SimpleNamespace(agent=agent))
 
 
-def test_a_teacher_served_as_an_inference_engine_is_refused():
+def manifest(teacher_logp: bool = False) -> Manifest:
+    layout = Layout(num_shards=1, steps_per_epoch=1)
+    return Manifest(1, "e", "t", layout, recorded_teacher_logp=teacher_logp)
+
+
+ROLLOUT_TEACHER = SimpleNamespace(engine_type="rollout")
+
+
+def test_a_served_teacher_without_recorded_log_probs_is_refused():
     with pytest.raises(UnsupportedReplayError, match="teacher.engine_type=train"):
-        _refuse_unsupported(config(teacher=SimpleNamespace(engine_type="rollout")))
+        _refuse_unsupported(config(teacher=ROLLOUT_TEACHER), manifest())
+
+
+def test_a_served_teacher_with_recorded_log_probs_replays():
+    _refuse_unsupported(config(teacher=ROLLOUT_TEACHER), manifest(teacher_logp=True))
 
 
 def test_online_mode_is_refused():
     with pytest.raises(UnsupportedReplayError, match="rollout.agent.mode=inline"):
-        _refuse_unsupported(config(agent_mode="online"))
+        _refuse_unsupported(config(agent_mode="online"), manifest())
 
 
 def test_inline_agents_and_training_side_teachers_pass():
-    _refuse_unsupported(config(teacher=SimpleNamespace(engine_type="train")))
-    _refuse_unsupported(config(agent_mode="inline"))
-    _refuse_unsupported(config())
+    _refuse_unsupported(
+        config(teacher=SimpleNamespace(engine_type="train")), manifest()
+    )
+    _refuse_unsupported(config(agent_mode="inline"), manifest())
+    _refuse_unsupported(config(), manifest())
+
+
+def test_the_teacher_flag_round_trips_and_is_type_checked():
+    data = manifest(teacher_logp=True).to_json()
+    assert Manifest.from_json(data).recorded_teacher_logp is True
+    del data["recorded_teacher_logp"]  # recordings made before the flag existed
+    assert Manifest.from_json(data).recorded_teacher_logp is False
+    with pytest.raises(ValueError, match="recorded_teacher_logp"):
+        Manifest.from_json({**data, "recorded_teacher_logp": "yes"})

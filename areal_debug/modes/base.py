@@ -51,6 +51,9 @@ class DebugMode:
     def build_inference_engine(self, default: Callable, rollout_config, is_eval, lora):
         return default(rollout_config, is_eval, lora)
 
+    def build_teacher_engine(self, default: Callable, rollout_config):
+        return default(rollout_config)
+
     def save_recover_checkpoint(self, default: Callable, epoch, epoch_step, step):
         return default(epoch, epoch_step, step)
 

@@ -38,6 +38,7 @@ class DumpMode(ActiveMode):
         super().__init__(trainer, debug, topology)
         self.writer: RecordingWriter | None = None
         self._sglang_guard = None
+        self.records_teacher = False
 
     # -- building ------------------------------------------------------------------
     def build_inference_engine(self, default: Callable, rollout_config, is_eval, lora):
@@ -58,6 +59,24 @@ class DumpMode(ActiveMode):
         if is_eval:
             return engine
         return self.topology.record_engine(engine, self._record_batch, self.patches)
+
+    def build_teacher_engine(self, default: Callable, rollout_config):
+        engine = self.topology.attach_teacher(self.trainer, rollout_config)
+        if engine is None:
+            engine = default(rollout_config)
+        if not self.topology.records_teacher:
+            logger.warning(
+                "The teacher's log-probs are not recorded in SPMD mode (each process "
+                "scores its own part of the batch); a replay of this recording "
+                "would need the teacher's servers and is refused. Record in "
+                "single-controller mode (scheduler.type=local) to replay "
+                "distillation without any inference server."
+            )
+            return engine
+        self.records_teacher = True
+        return self.topology.record_teacher(
+            engine, self._record_teacher_logp, self.patches
+        )
 
     def started(self) -> None:
         super().started()
@@ -83,6 +102,7 @@ class DumpMode(ActiveMode):
             determinism=current_settings(),
             worker_determinism=self.worker_settings(),
             config=json.loads(json.dumps(self._config_dict(config), default=str)),
+            recorded_teacher_logp=self.records_teacher,
         )
 
     def _config_dict(self, config) -> dict[str, Any]:
@@ -101,10 +121,15 @@ class DumpMode(ActiveMode):
                 steps_per_epoch=len(self.trainer.train_dataloader),
                 max_pending=self.debug.max_pending_steps,
                 clone_tensors=self.topology.clone_recorded_tensors(),
+                records_teacher=self.records_teacher,
             )
         # The inference side runs inside the actor's prepare_batch, before the
         # clock advances: this is the batch of the step about to run.
         self.writer.submit_batch(self.clock.next_step, batch)
+
+    def _record_teacher_logp(self, logps) -> None:
+        # The teacher scores the batch after it is ready: the current step's.
+        self.writer.submit_teacher_logp(self.clock.current, logps)
 
     def on_batch_ready(self, step: int) -> None:
         states = self.topology.capture_rng(self.trainer)

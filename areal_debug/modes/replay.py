@@ -12,7 +12,7 @@ from areal.utils import logging
 
 from areal_debug import areal_compat, checkpoints
 from areal_debug.determinism import current_settings, differences
-from areal_debug.engines import ReplayEngine
+from areal_debug.engines import ReplayEngine, ReplayTeacher
 from areal_debug.modes.base import ActiveMode
 from areal_debug.replay_loader import ReplayDataLoader
 from areal_debug.replay_report import REPORT_NAME, TopologyChange
@@ -64,7 +64,7 @@ class ReplayMode(ActiveMode):
         return [], None
 
     def _adjust_config(self, config) -> None:
-        _refuse_unsupported(config)
+        _refuse_unsupported(config, self.reader.manifest)
         if config.actor.weight_update_mode != "disk":
             # xccl would open a weight-update group towards inference servers
             # in __init__; replay sends no weights, so the mode is irrelevant.
@@ -108,6 +108,17 @@ class ReplayMode(ActiveMode):
         )
         self.engine.initialize()
         return self.engine
+
+    def build_teacher_engine(self, default: Callable, rollout_config):
+        logger.info(
+            "Replay: the teacher's log-probs come from the recording (no teacher "
+            "server or worker is started)."
+        )
+        return ReplayTeacher(
+            self.reader,
+            lambda: self.clock.current,
+            self.topology.present_replayed_values,
+        )
 
     def _install_checkpoint(self, step: int) -> None:
         if self.topology.is_coordinator():
@@ -245,17 +256,23 @@ class ReplayMode(ActiveMode):
                 logger.info(line)
 
 
-def _refuse_unsupported(config) -> None:
-    """Runs a replay cannot make inference-free yet: one clear message each."""
+def _refuse_unsupported(config, manifest) -> None:
+    """Runs a replay cannot make inference-free: one clear message each."""
     teacher = getattr(config, "teacher", None)
-    if teacher is not None and getattr(teacher, "engine_type", None) == "rollout":
+    if (
+        teacher is not None
+        and getattr(teacher, "engine_type", None) == "rollout"
+        and not manifest.recorded_teacher_logp
+    ):
         raise UnsupportedReplayError(
-            "Replay of a run with a teacher served as an inference engine "
-            "(teacher.engine_type=rollout) is not supported yet: the teacher's "
-            "log-probs are computed after the recording point and are not in the "
-            "recording, so the replay would have to start the teacher's servers. "
-            "Use teacher.engine_type=train (the teacher runs on the training side "
-            "and replays as usual), or replay without the teacher (teacher=null)."
+            "This run has a teacher served as an inference engine "
+            "(teacher.engine_type=rollout), but the recording holds no teacher "
+            "log-probs (recorded in SPMD mode, without a teacher, or by an older "
+            "areal-debug), so the replay would have to start the "
+            "teacher's servers. Record in single-controller mode "
+            "(scheduler.type=local) with the teacher, use teacher.engine_type=train "
+            "(the teacher runs on the training side and replays as usual), or "
+            "replay without the teacher (teacher=null)."
         )
     agent = getattr(config.rollout, "agent", None)
     if agent is not None and getattr(agent, "mode", None) == "online":
