@@ -49,14 +49,18 @@ RPC_SERVER_MODULE = "areal.infra.rpc.rpc_server"
 WORKER_MODULE = "areal_debug.deterministic_worker"
 # Where each worker started through WORKER_MODULE writes the settings it runs with.
 WORKER_REPORT_ENV = "AREAL_DEBUG_WORKER_SETTINGS_DIR"
-# The experiment's roles whose workers train or serve: every scheduling spec of them.
-WORKER_ROLES = ("actor", "critic", "ref", "rollout")
+# The experiment's engines whose workers train or serve (config attribute paths;
+# a teacher runs as an inference engine or on the training side).
+WORKER_ROLES = ("actor", "critic", "ref", "rollout", "teacher.rollout", "teacher.train")
 
 
 def _role_specs(config):
-    for role in WORKER_ROLES:
-        for spec in getattr(getattr(config, role, None), "scheduling_spec", None) or ():
-            yield role, spec
+    for path in WORKER_ROLES:
+        engine = config
+        for name in path.split("."):
+            engine = getattr(engine, name, None)
+        for spec in getattr(engine, "scheduling_spec", None) or ():
+            yield path.split(".")[0], spec
 
 
 # Run in each Ray worker process before its actor (scheduler.type: ray).
