@@ -223,6 +223,13 @@ def rollout_backend(trainer: PPOTrainer) -> str:
     return trainer.rollout_alloc.backend
 
 
+def online_mode(trainer: PPOTrainer) -> bool:
+    """rl_trainer.py:154 ``_online_mode`` (``rollout.agent.mode: online``): the
+    trainer built its own ``_EmptyDataLoader`` (rl_trainer.py:202-219), not
+    through ``_create_dataloader``."""
+    return bool(trainer._online_mode)
+
+
 def teacher_dp_size(trainer: PPOTrainer) -> int:
     """rl_trainer.py:183-198 ``teacher_alloc``, from ``teacher.rollout.backend``."""
     return trainer.teacher_alloc.parallel.dp_size

@@ -111,6 +111,8 @@ def _():
         "self.actor_alloc",
         "self.rollout_alloc",
         "self.teacher_alloc",
+        "self._online_mode",
+        "self.train_dataloader = _EmptyDataLoader(",
         "self.recover_info",
         "self.recover_handler",
         "self.stats_logger",

@@ -31,16 +31,12 @@ def test_a_served_teacher_with_recorded_log_probs_replays():
     _refuse_unsupported(config(teacher=ROLLOUT_TEACHER), manifest(teacher_logp=True))
 
 
-def test_online_mode_is_refused():
-    with pytest.raises(UnsupportedReplayError, match="rollout.agent.mode=inline"):
-        _refuse_unsupported(config(agent_mode="online"), manifest())
-
-
-def test_inline_agents_and_training_side_teachers_pass():
+def test_agents_online_mode_and_training_side_teachers_pass():
     _refuse_unsupported(
         config(teacher=SimpleNamespace(engine_type="train")), manifest()
     )
     _refuse_unsupported(config(agent_mode="inline"), manifest())
+    _refuse_unsupported(config(agent_mode="online"), manifest())
     _refuse_unsupported(config(), manifest())
 
 

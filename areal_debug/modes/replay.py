@@ -103,6 +103,8 @@ class ReplayMode(ActiveMode):
         )
         if self.resume_from is not None:
             self._install_checkpoint(self.resume_from)
+        if areal_compat.online_mode(self.trainer):
+            self._replace_online_dataloader()
         self.engine = ReplayEngine(
             self.trainer.train_dataloader, self.topology.present_replayed
         )
@@ -118,6 +120,21 @@ class ReplayMode(ActiveMode):
             self.reader,
             lambda: self.clock.current,
             self.topology.present_replayed_values,
+        )
+
+    def _replace_online_dataloader(self) -> None:
+        # Online mode: AReaL builds an empty dataloader itself (no hook) and the
+        # batches came from clients through the proxy gateway; the recording
+        # stands in for both, so no proxy or gateway is started either.
+        actor = self.trainer.actor
+        self.trainer.train_dataloader = ReplayDataLoader(
+            self.reader,
+            dp_rank=actor.data_parallel_rank,
+            dp_size=actor.data_parallel_world_size,
+        )
+        logger.info(
+            "Replay: online mode (rollout.agent.mode=online): the recording stands "
+            "in for the clients and the proxy gateway; neither is started."
         )
 
     def _install_checkpoint(self, step: int) -> None:
@@ -273,14 +290,6 @@ def _refuse_unsupported(config, manifest) -> None:
             "(scheduler.type=local) with the teacher, use teacher.engine_type=train "
             "(the teacher runs on the training side and replays as usual), or "
             "replay without the teacher (teacher=null)."
-        )
-    agent = getattr(config.rollout, "agent", None)
-    if agent is not None and getattr(agent, "mode", None) == "online":
-        raise UnsupportedReplayError(
-            "Replay of an online-mode run (rollout.agent.mode=online) is not "
-            "supported yet: AReaL builds its own empty dataloader for it, which a "
-            "replay cannot drive. Record and replay the same agent in inline mode "
-            "(rollout.agent.mode=inline) instead."
         )
 
 
