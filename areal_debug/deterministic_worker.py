@@ -12,16 +12,14 @@ from __future__ import annotations
 
 def main() -> None:
     from areal_debug.areal_compat import run_rpc_server
-    from areal_debug.determinism import enable_determinism, report_worker_settings
 
-    enable_determinism()
-    report_worker_settings()
+    ray_setup()
     run_rpc_server()
 
 
 def ray_setup() -> None:
-    """Ray's worker set-up hook (scheduler.type: ray): the same settings and report
-    in each Ray worker process, before AReaL's RPC actor is created in it."""
+    """The settings and their report, in this process. Also Ray's worker set-up
+    hook (scheduler.type: ray), run in each Ray worker before AReaL's RPC actor."""
     from areal_debug.determinism import enable_determinism, report_worker_settings
 
     enable_determinism()

@@ -92,8 +92,8 @@ class BatchFetcher:
             error = future.exception()
             if error is not None:
                 raise RuntimeError(
-                    "Fetching the step's rollout batch from the rollout workers "
-                    f"for the recording failed: {error!r}. The workers' storage "
+                    "Fetching the step's rollout batch (or teacher log-probs) from "
+                    f"the workers for the recording failed: {error!r}. The workers' storage "
                     "must stay reachable from the controller."
                 ) from error
 
