@@ -35,3 +35,4 @@ from support.recordings import (  # noqa: E402, F401
     spmd_d1_replay,
     spmd_d2,
 )
+from support.scripts import gsm8k_workdir  # noqa: E402, F401

@@ -10,21 +10,16 @@ unchanged script with no server, no rollout worker and no data service.
 
 from __future__ import annotations
 
-import json
-import os
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-from support.harness import TESTS, recording_dir, replay_report, run_logged
+from support.harness import recording_dir, replay_report
+from support.scripts import env_for, processes_of, run_script
 
-from areal_debug.server_attach import TEACHER_ADDRS_ENV
 from areal_debug.store_reader import RecordingReader
 
 pytestmark = pytest.mark.areal
 
-SCRIPT = os.path.join(TESTS, "scripts", "gsm8k_rl.py")
 STEPS = 2
 
 
@@ -36,10 +31,6 @@ class Example:
     marker_stats: tuple[str, ...] = ()
     # A teacher served as an inference engine: the dump gets its own CPU server.
     teacher: bool = False
-
-    @property
-    def config_path(self) -> str:
-        return os.path.join(TESTS, "scripts", self.config)
 
 
 EXAMPLES = {
@@ -54,87 +45,10 @@ EXAMPLES = {
 }
 
 
-def write_gsm8k(root: Path, n_train: int = 32, n_test: int = 8) -> Path:
-    """A local dataset AReaL loads as gsm8k: a ``gsm8k`` folder with config ``main``."""
-    d = root / "gsm8k"
-    (d / "main").mkdir(parents=True)
-    for split, n in (("train", n_train), ("test", n_test)):
-        with open(d / "main" / f"{split}.jsonl", "w") as f:
-            for i in range(n):
-                a, b = i % 7, (3 * i) % 5
-                row = {
-                    "question": f"what is {a} + {b} ?",
-                    "answer": f"{a} + {b} = {a + b}\n#### {a + b}",
-                }
-                f.write(json.dumps(row) + "\n")
-    (d / "README.md").write_text(
-        "---\nconfigs:\n- config_name: main\n  data_files:\n"
-        "  - split: train\n    path: main/train.jsonl\n"
-        "  - split: test\n    path: main/test.jsonl\n---\n"
+def run_example(workdir, example: Example, name, overrides, server=None, teacher=None):
+    return run_script(
+        workdir, "gsm8k_rl.py", example.config, name, overrides, server, teacher
     )
-    return d
-
-
-@pytest.fixture(scope="module")
-def gsm8k_workdir(tmp_path_factory, tiny_assets) -> Path:
-    d = tmp_path_factory.mktemp("gsm8k")
-    os.symlink(tiny_assets / "model", d / "model")
-    write_gsm8k(d)
-    os.makedirs(d / "root" / "name_resolve")
-    return d
-
-
-def env_for(
-    workdir: Path, server_addr: str | None = None, teacher_addr: str | None = None
-) -> dict:
-    env = {
-        **os.environ,
-        "AREAL_DEBUG_WORKDIR": str(workdir),
-        "OMP_NUM_THREADS": "1",
-        "HF_DATASETS_OFFLINE": "1",
-    }
-    for key in ("AREAL_LLM_SERVER_ADDRS", TEACHER_ADDRS_ENV, "AREAL_SPMD_MODE"):
-        env.pop(key, None)
-    if server_addr is not None:
-        env["AREAL_LLM_SERVER_ADDRS"] = server_addr
-        env["AREAL_DEBUG_CPU_SERVER"] = "1"
-    if teacher_addr is not None:
-        env[TEACHER_ADDRS_ENV] = teacher_addr
-    return env
-
-
-def run_script(
-    workdir: Path,
-    example: Example,
-    name,
-    overrides: list[str],
-    server=None,
-    teacher=None,
-):
-    cmd = [sys.executable, SCRIPT, "--config", example.config_path, *overrides]
-    env = env_for(workdir, server, teacher)
-    rc, log = run_logged(cmd, str(workdir), name, env, 900)
-    # The CPU server of a dump is the test's own, ended by it.
-    left = [p for p in processes_of(workdir) if "tooling.cpu_server" not in p]
-    assert left == [], f"{name} left processes behind"
-    return rc, log
-
-
-def processes_of(workdir: Path) -> list[str]:
-    """Live processes started for ``workdir`` (RPC, data-service, server...):
-    they all inherit its AREAL_DEBUG_WORKDIR."""
-    import psutil
-
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        try:
-            if proc.environ().get("AREAL_DEBUG_WORKDIR") != str(workdir):
-                continue
-        except (psutil.AccessDenied, psutil.NoSuchProcess):
-            continue
-        if proc.info["status"] != psutil.STATUS_ZOMBIE:
-            found.append(" ".join(proc.info["cmdline"] or []))
-    return found
 
 
 @pytest.fixture(scope="module", params=sorted(EXAMPLES))
@@ -155,7 +69,7 @@ def gsm8k_dump(gsm8k_workdir, example):
                 start_server(gsm8k_workdir, env_for(gsm8k_workdir), name="teacher")
             )
         addrs = [addr for _, addr in servers]
-        rc, log = run_script(
+        rc, log = run_example(
             gsm8k_workdir,
             example,
             f"dump-{example.experiment}",
@@ -208,7 +122,7 @@ def test_dump_of_an_unchanged_example_script(gsm8k_workdir, example, gsm8k_dump)
 def test_replay_starts_only_what_trains_and_is_bitwise(
     gsm8k_workdir, example, gsm8k_dump
 ):
-    rc, log = run_script(
+    rc, log = run_example(
         gsm8k_workdir,
         example,
         f"replay-{example.experiment}",

@@ -23,7 +23,6 @@ from support.harness import (
     replay_report,
     rpc_workers,
     run_example,
-    run_logged,
     start_logged,
 )
 from support.recordings import SC_EXPERIMENT, SC_STEPS, SC_TRAIN_D2
@@ -109,42 +108,6 @@ def test_same_mode_replay_is_bitwise_without_rollout_workers(sc_workdir, sc_d2):
     for entry in report["steps"]:
         assert len(entry["metrics"]) > 90
         assert all(m["status"] == "identical" for m in entry["metrics"].values())
-    assert_no_workers_left(sc_workdir)
-
-
-def test_online_mode_script_replays_bitwise_with_no_proxy_or_gateway(sc_workdir, sc_d2):
-    """An openclaw-shaped script (``rollout.agent.mode: online``, ``train()`` with no
-    dataset and no workflow) replays the recording: AReaL's own empty dataloader
-    is replaced, and no proxy, gateway or rollout worker starts."""
-    import sys
-
-    from areal_debug.testing import example_config, run_env
-
-    script = os.path.join(os.path.dirname(__file__), "scripts", "online_rl.py")
-    cmd = [
-        sys.executable,
-        script,
-        "--config",
-        str(example_config(sc=True)),
-        "+rollout.agent.mode=online",
-        "debug.replay_rollout_data=true",
-        f"total_train_steps={STEPS}",
-        "trial_name=sc",
-        "debug.replay_trial_name=sc_online",
-        *TRAIN_D2,
-    ]
-    rc, log = run_logged(
-        cmd, str(sc_workdir), "replay-online", run_env(sc_workdir, True), 600
-    )
-    assert rc == 0, log[-3000:]
-    assert "online mode (rollout.agent.mode=online): the recording stands in" in log
-    # Only the actor's workers; AReaL logs these two when it starts a proxy.
-    assert "role 'rollout'" not in log and "role 'proxy" not in log
-    assert "Initializing proxy workers" not in log
-    assert "Proxy gateway available" not in log
-    report = replay_report(str(sc_workdir), experiment=EXP, trial="sc_online")
-    assert report["summary"]["all_identical"] is True
-    assert report["summary"]["steps"] == STEPS
     assert_no_workers_left(sc_workdir)
 
 

@@ -4,8 +4,8 @@
 clients send their trajectories through AReaL's proxy gateway. The two
 areal-debug lines are the loader and the trainer class.
 
-    python tests/scripts/online_rl.py --config <yaml> +rollout.agent.mode=online \\
-        valid_dataset=null debug.replay_rollout_data=true
+    python tests/scripts/online_rl.py --config tests/scripts/online_cpu.yaml \\
+        debug.replay_rollout_data=true
 """
 
 import sys

@@ -1,0 +1,129 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Agent-class and online workflows, recorded through AReaL's proxy and replayed.
+
+- ``agent_rl.py`` (AReaL's ``examples/agent_workflow`` shape): an agent class
+  behind AReaL's proxy (``rollout.agent.mode: inline``), against the CPU server.
+- ``online_rl.py`` (``examples/openclaw`` shape): online mode, no dataset and no
+  workflow; a client runs sessions through AReaL's proxy gateway while the dump
+  trains, as an online user's agents would.
+
+Each is dumped once and replayed with no server, proxy, gateway or rollout worker:
+the replay must match the recording bit for bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from support.harness import recording_dir, replay_report
+from support.online_client import OnlineClient
+from support.scripts import env_for, processes_of, run_script
+
+from areal_debug.store_reader import RecordingReader
+
+pytestmark = pytest.mark.areal
+
+STEPS = 2
+# The proxy listens on the host's address; AReaL refuses its default key there.
+ADMIN_KEY = "areal-debug-cpu-test"
+DUMP = ["debug.dump_rollout_data=true", "debug.deterministic=true"]
+REPLAY = ["debug.replay_rollout_data=true", "debug.deterministic=true"]
+
+
+@dataclass(frozen=True)
+class AgentRun:
+    script: str
+    config: str
+    experiment: str
+    online: bool
+    trajectories: int  # per step, as the trainer receives them
+    group: int  # samples per trajectory entry (gconfig.n_samples)
+
+
+RUNS = {
+    "agent-inline": AgentRun(
+        "agent_rl.py", "gsm8k_agent_cpu.yaml", "gsm8k-agent", False, 8, 4
+    ),
+    "online": AgentRun("online_rl.py", "online_cpu.yaml", "gsm8k-online", True, 4, 1),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(RUNS))
+def agent_run(request) -> AgentRun:
+    return RUNS[request.param]
+
+
+@pytest.fixture(scope="module")
+def agent_dump(gsm8k_workdir, agent_run):
+    from areal_debug.testing import end_process, start_server
+
+    server = client = None
+    name = f"dump-{agent_run.experiment}"
+    try:
+        server, addr = start_server(gsm8k_workdir, env_for(gsm8k_workdir))
+        if agent_run.online:
+            client = OnlineClient(gsm8k_workdir / f"{name}.log", ADMIN_KEY)
+            client.start()
+        rc, log = run_script(
+            gsm8k_workdir, agent_run.script, agent_run.config, name, DUMP, addr
+        )
+    finally:
+        if client is not None:
+            client.close()
+        if server is not None:
+            end_process(server)
+    assert processes_of(gsm8k_workdir) == []
+    assert rc == 0, log[-4000:]
+    return log, client
+
+
+def test_dump_records_what_the_proxy_exported(gsm8k_workdir, agent_run, agent_dump):
+    log, client = agent_dump
+    # AReaL's proxy ran: the trajectories came through it.
+    assert "Initializing proxy workers for AgentWorkflow support" in log
+    assert "role 'proxy-rollout'" in log
+    if agent_run.online:
+        assert "Proxy gateway available at" in log
+        # Every trajectory of both steps is a session the client finished.
+        assert client.finished >= STEPS * agent_run.trajectories
+    reader = RecordingReader(
+        recording_dir(str(gsm8k_workdir), agent_run.experiment, "trial0")
+    )
+    assert reader.available_steps() == list(range(STEPS))
+    assert reader.manifest.config["rollout"]["agent"]["mode"] == (
+        "online" if agent_run.online else "inline"
+    )
+    for step in range(STEPS):
+        batch = reader.load_shard(step, 0)
+        assert len(batch) == agent_run.trajectories
+        for traj in batch:
+            assert traj["input_ids"].shape[0] == agent_run.group
+            # The rewards the agent (0 or 1) or the online client (0.5 or 1) set.
+            rewards = set(traj["rewards"].flatten().tolist())
+            assert rewards <= ({0.5, 1.0} if agent_run.online else {0.0, 1.0})
+            assert traj["loss_mask"].sum() > 0
+
+
+def test_replay_needs_no_proxy_gateway_or_server(gsm8k_workdir, agent_run, agent_dump):
+    rc, log = run_script(
+        gsm8k_workdir,
+        agent_run.script,
+        agent_run.config,
+        f"replay-{agent_run.experiment}",
+        REPLAY,
+    )
+    assert rc == 0, log[-4000:]
+    assert "Creating 1 workers for role 'actor'" in log
+    # Only the actor's workers; AReaL logs these when it starts a proxy.
+    assert "role 'rollout'" not in log and "role 'proxy" not in log
+    assert "role 'data" not in log
+    assert "Initializing proxy workers" not in log
+    assert "Proxy gateway available" not in log
+    if agent_run.online:
+        assert "online mode (rollout.agent.mode=online): the recording stands in" in log
+    report = replay_report(str(gsm8k_workdir), agent_run.experiment, "trial0_replay")
+    assert report["summary"]["all_identical"] is True
+    assert report["summary"]["steps"] == STEPS
+    for entry in report["steps"]:
+        assert len(entry["metrics"]) > 90
