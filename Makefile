@@ -37,6 +37,7 @@ lint: setup
 
 bench: setup
 	$(PY) benchmarks/dump_overhead.py
+	OMP_NUM_THREADS=1 $(PY) benchmarks/compression.py
 	OMP_NUM_THREADS=1 $(PY) benchmarks/fetch_overhead.py
 
 clean:

@@ -36,9 +36,14 @@ def keep(config, recording: str, step: int, names: list[str]) -> str:
     dst = os.path.join(recording, KEPT, step_dirname(step))
     tmp = dst + ".partial"
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(info, os.path.join(tmp, _INFO))
-    for name, path in ckpts.items():
-        shutil.copytree(path, os.path.join(tmp, _CHECKPOINTS, name))
+    try:
+        shutil.copytree(info, os.path.join(tmp, _INFO))
+        for name, path in ckpts.items():
+            shutil.copytree(path, os.path.join(tmp, _CHECKPOINTS, name))
+    except BaseException:
+        # A copy that failed (disk full) must not keep the space it took.
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     shutil.rmtree(dst, ignore_errors=True)
     # The rename makes a kept checkpoint all or nothing.
     os.replace(tmp, dst)

@@ -39,6 +39,11 @@ def cmd_inspect(args) -> int:
             else ""
         )
     )
+    for stop in reader.stopped():
+        print(
+            f"stopped     shard {stop.get('shard')} stopped recording at step "
+            f"{stop.get('step')}: {stop.get('error')} ({stop.get('time')})"
+        )
     print()
     print(
         f"{'step':>6} {'epoch':>5} {'trajs':>6} {'tokens':>9} {'versions':>9} {'MiB':>8}  stats"
@@ -72,6 +77,12 @@ def cmd_verify(args) -> int:
         problems.append(
             f"step {step} is incomplete (no step.json): a head did not finish "
             "writing it; replay cannot use it."
+        )
+    for stop in reader.stopped():
+        # Not a defect of the recording: what was recorded before is whole.
+        print(
+            f"NOTE shard {stop.get('shard')} stopped recording at step "
+            f"{stop.get('step')}: {stop.get('error')}"
         )
     for p in problems:
         print(f"FAIL {p}")

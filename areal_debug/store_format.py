@@ -1,14 +1,19 @@
 # SPDX-License-Identifier: Apache-2.0
-"""On-disk format v1 of a recording: names, atomic writes, what a payload may hold.
+"""On-disk format of a recording (v2; v1 still read): names, atomic writes, codecs,
+what a payload may hold.
 
 Layout (see docs/format.md)::
 
-    <path>/manifest.json                  written once by global rank 0
-    <path>/step-000007/shard-00000.pt     one payload per data-parallel head
-    <path>/step-000007/shard-00000.json   that payload's size, sha256, counts
-    <path>/step-000007/step.json          written last: the step exists
-    <path>/step-000007/stats.json         statistics the trainer committed
-    <path>/step-000007/teacher_logp.pt    the teacher's log-probs (when it runs)
+    <path>/manifest.json                    written once by global rank 0
+    <path>/step-000007/shard-00000.pt.zst   one payload per data-parallel head
+    <path>/step-000007/shard-00000.json     that payload's codec, sizes, sha256, counts
+    <path>/step-000007/step.json            written last: the step exists
+    <path>/step-000007/stats.json           statistics the trainer committed
+    <path>/step-000007/teacher_logp.pt.zst  the teacher's log-probs (when it runs)
+
+A payload is a ``torch.save`` of plain containers and tensors, compressed as a
+whole (codec ``zstd``) or not (``none``, and every v1 payload); its sha256 is over
+the bytes on disk.
 """
 
 from __future__ import annotations
@@ -20,14 +25,17 @@ import tempfile
 from typing import Any
 
 import torch
+import zstandard
 
-FORMAT_VERSION = 1
-SUPPORTED_FORMAT_VERSIONS = (1,)
+# v2: payloads may be compressed (shard metadata names the codec). v1 payloads are
+# plain torch.save files and load unchanged: no migration step is needed.
+FORMAT_VERSION = 2
+SUPPORTED_FORMAT_VERSIONS = (1, 2)
+CODECS = ("zstd", "none")
 MANIFEST = "manifest.json"
 STEP_META = "step.json"
 STATS = "stats.json"
 RNG = "rng.pt"
-TEACHER_LOGP = "teacher_logp.pt"
 TEACHER_LOGP_META = "teacher_logp.json"
 
 
@@ -59,8 +67,21 @@ def list_step_dirs(path: str) -> dict[int, str]:
     return dict(sorted(out.items()))
 
 
-def shard_payload_name(shard: int) -> str:
-    return f"shard-{shard:05d}.pt"
+def payload_suffix(codec: str) -> str:
+    return ".pt.zst" if codec == "zstd" else ".pt"
+
+
+def shard_payload_name(shard: int, codec: str = "none") -> str:
+    return f"shard-{shard:05d}{payload_suffix(codec)}"
+
+
+def stopped_marker_name(shard: int) -> str:
+    """Why and where a head's writer stopped (written when recording fails)."""
+    return f"stopped-shard-{shard:05d}.json"
+
+
+def teacher_payload_name(codec: str = "none") -> str:
+    return f"teacher_logp{payload_suffix(codec)}"
 
 
 def shard_meta_name(shard: int) -> str:
@@ -69,6 +90,52 @@ def shard_meta_name(shard: int) -> str:
 
 def sha256_bytes(data: bytes | memoryview) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def encode_payload(raw: bytes | memoryview, codec: str, level: int) -> bytes:
+    """The bytes to store for a ``torch.save`` output ``raw``."""
+    if codec == "none":
+        return raw
+    # One frame with its content size, so a reader can bound the output.
+    return zstandard.ZstdCompressor(level=level, write_content_size=True).compress(raw)
+
+
+def decode_payload(data: bytes, codec: str, raw_bytes: int | None, name: str) -> bytes:
+    """The ``torch.save`` bytes of a stored payload; never more than ``raw_bytes``."""
+    if codec == "none":
+        return data
+    if codec != "zstd":
+        raise RecordingError(
+            f"{name} uses codec {codec!r}, which this areal-debug does not read "
+            f"(it reads {list(CODECS)}). Install the areal-debug version that wrote "
+            "the recording, or a newer one."
+        )
+    if not isinstance(raw_bytes, int) or raw_bytes < 0:
+        raise RecordingError(
+            f"The metadata of {name} has no valid raw_bytes ({raw_bytes!r}); it is "
+            "needed to decompress safely. Restore the metadata file or re-record."
+        )
+    try:
+        # Checked before any memory is taken: a frame cannot inflate beyond what
+        # the metadata promised.
+        declared = zstandard.frame_content_size(data)
+        if declared != raw_bytes:
+            raise RecordingError(
+                f"{name} declares {declared} uncompressed bytes, its metadata says "
+                f"{raw_bytes}. Restore the file and its metadata, or re-record."
+            )
+        raw = zstandard.ZstdDecompressor().decompress(data, max_output_size=raw_bytes)
+    except zstandard.ZstdError as e:
+        raise RecordingError(
+            f"Cannot decompress {name}: {e}. The file is damaged; restore it or "
+            "re-record the step."
+        ) from e
+    if len(raw) != raw_bytes:
+        raise RecordingError(
+            f"{name} decompressed to {len(raw)} bytes, its metadata says "
+            f"{raw_bytes}. Restore the file or re-record the step."
+        )
+    return raw
 
 
 def atomic_write_bytes(path: str, data: bytes | memoryview) -> None:

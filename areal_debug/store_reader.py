@@ -19,10 +19,12 @@ from areal_debug.store_format import (
     STEP_META,
     SUPPORTED_FORMAT_VERSIONS,
     RecordingError,
+    decode_payload,
     list_step_dirs,
     read_json,
     sha256_bytes,
     step_dirname,
+    stopped_marker_name,
 )
 
 
@@ -99,12 +101,32 @@ class RecordingReader:
         complete = set(self.available_steps())
         return [s for s in list_step_dirs(self.path) if s not in complete]
 
+    def stopped(self) -> list[dict[str, Any]]:
+        """Where and why heads stopped recording (empty if none did)."""
+        found = []
+        for shard in range(self.num_shards):
+            p = os.path.join(self.path, stopped_marker_name(shard))
+            if os.path.exists(p):
+                found.append(read_json(p, "stop marker"))
+        return found
+
     def require_steps(self, steps: Iterable[int]) -> None:
         wanted = list(steps)
         have = set(self.available_steps())
         missing = [s for s in wanted if s not in have]
         if not missing:
             return
+        stops = self.stopped()
+        if stops:
+            first = min(stops, key=lambda m: m.get("step", 0))
+            raise RecordingError(
+                f"The replay needs steps {format_ranges(wanted)} but the recording "
+                f"at {self.path} stopped at step {first.get('step')}: writing "
+                f"shard {first.get('shard')} failed with {first.get('error')} "
+                f"(complete steps: {format_ranges(have)}). Replay up to step "
+                f"{first.get('step')} - 1 (total_train_steps or "
+                "debug.replay_end_step)."
+            )
         raise RecordingError(
             f"The replay needs steps {format_ranges(wanted)} but the recording at "
             f"{self.path} lacks steps {format_ranges(missing)} (complete steps: "
@@ -158,12 +180,11 @@ class RecordingReader:
                 "teacher, or replay without the teacher (teacher=null)."
             )
         path = os.path.join(self.path, step_dirname(step), entry["file"])
-        data = _read_checked(
-            path,
-            entry["sha256"],
+        logps = self._load_entry(
+            step,
+            entry,
             "The file changed after it was recorded; restore it or re-record.",
         )
-        logps = load_payload_bytes(data, path)
         if not isinstance(logps, list) or not all(
             isinstance(t, torch.Tensor) for t in logps
         ):
@@ -176,14 +197,22 @@ class RecordingReader:
     # -- payloads ----------------------------------------------------------------
     def load_shard(self, step: int, shard: int) -> list[dict[str, Any]]:
         entry = self.step_meta(step)["shards"][shard]
-        payload = os.path.join(self.path, step_dirname(step), entry["file"])
-        data = _read_checked(
-            payload,
-            entry["sha256"],
+        return self._load_entry(
+            step,
+            entry,
             "The file changed after it was recorded (disk error, partial copy, "
             "manual edit); restore it from a copy or re-record.",
         )
-        return load_payload_bytes(data, payload)
+
+    def _load_entry(self, step: int, entry: dict[str, Any], fix: str) -> Any:
+        """A payload named by step metadata: checksum, decode, weights_only load."""
+        path = os.path.join(self.path, step_dirname(step), entry["file"])
+        data = _read_checked(path, entry["sha256"], fix)
+        # v1 metadata has no codec: its payloads are plain torch.save files.
+        raw = decode_payload(
+            data, entry.get("codec", "none"), entry.get("raw_bytes"), path
+        )
+        return load_payload_bytes(raw, path)
 
     def load_for_head(
         self, step: int, dp_rank: int, dp_size: int

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import atexit
+import datetime
 import io
 import os
 import queue
@@ -24,19 +25,21 @@ from areal_debug.store_format import (
     RNG,
     STATS,
     STEP_META,
-    TEACHER_LOGP,
     TEACHER_LOGP_META,
     RecordingError,
     atomic_write_bytes,
     atomic_write_json,
     check_storable,
     describe_batch,
+    encode_payload,
     list_step_dirs,
     read_json,
     sha256_bytes,
     shard_meta_name,
     shard_payload_name,
     step_dirname,
+    stopped_marker_name,
+    teacher_payload_name,
 )
 
 logger = logging.getLogger("DebugDump")
@@ -81,13 +84,24 @@ def snapshot_batch(
     return [snapshot_value(traj, clone_tensors, (i,)) for i, traj in enumerate(batch)]
 
 
-def save_payload(path: str, obj: Any) -> tuple[int, str]:
-    """torch.save ``obj`` to ``path`` atomically; return its size and sha256."""
+def save_payload(
+    path: str, obj: Any, codec: str = "none", level: int = 1
+) -> dict[str, Any]:
+    """torch.save ``obj``, encode it with ``codec`` and write it to ``path``
+    atomically; return the metadata a reader needs (file, codec, sizes, sha256)."""
     buf = io.BytesIO()
     torch.save(obj, buf)
-    data = buf.getbuffer()
+    raw = buf.getbuffer()
+    data = encode_payload(raw, codec, level)
     atomic_write_bytes(path, data)
-    return len(data), sha256_bytes(data)
+    return {
+        "file": os.path.basename(path),
+        "codec": codec,
+        "bytes": len(data),
+        "raw_bytes": len(raw),
+        # Over the bytes on disk: a damaged file is caught before decoding it.
+        "sha256": sha256_bytes(data),
+    }
 
 
 def epoch_of(global_step: int, steps_per_epoch: int) -> tuple[int, int]:
@@ -100,6 +114,11 @@ class RecordingWriter:
     ``submit_*`` only enqueue; at most ``max_pending`` steps wait in memory, after
     which the training thread waits for the writer (back-pressure, logged).
     ``close()`` (also run at interpreter exit) writes everything still queued.
+
+    A write failure (disk full, permission lost, any error) stops the recording,
+    not the training: the writer logs one error, writes ``stopped-shard-N.json``
+    (the step, the error) if it still can, and drops what follows. With
+    ``fatal_errors`` the error is raised on the training thread instead.
     """
 
     def __init__(
@@ -112,8 +131,16 @@ class RecordingWriter:
         max_pending: int = 2,
         clone_tensors: bool = True,
         records_teacher: bool = False,
+        compression: str = "zstd",
+        compression_level: int = 1,
+        fatal_errors: bool = False,
     ):
         self.path = path
+        self.fatal_errors = fatal_errors
+        # (step, error) once the writer has stopped.
+        self.stopped: tuple[int, BaseException] | None = None
+        self.codec = compression
+        self.level = compression_level
         # A step is complete only with the teacher's log-probs too.
         self.records_teacher = records_teacher
         self.shard = shard
@@ -188,6 +215,8 @@ class RecordingWriter:
             raise RecordingError(
                 "The recording writer is closed; nothing more can be recorded."
             )
+        if self.stopped is not None:
+            return  # the recording stopped; training goes on without it
         try:
             self._queue.put_nowait(job)
         except queue.Full:
@@ -200,7 +229,7 @@ class RecordingWriter:
             )
 
     def _raise_if_failed(self) -> None:
-        if self._error is not None:
+        if self._error is not None and self.fatal_errors:
             raise RecordingError(
                 f"Writing the recording to {self.path} failed: {self._error!r}. "
                 "Steps recorded before the failure are intact; fix the cause "
@@ -232,40 +261,67 @@ class RecordingWriter:
                         self._write_stats(step, payload)
             except BaseException as e:  # noqa: BLE001 - surfaced on the training thread
                 self._error = e
-                logger.error(f"Recording writer failed: {e!r}")
+                try:
+                    self._stop(job[1], e)
+                except Exception as report_error:  # noqa: BLE001
+                    # The thread must live on: flush() and close() wait for it.
+                    logger.error(f"Recording writer failed: {e!r} ({report_error!r})")
             finally:
                 self._queue.task_done()
+
+    def _stop(self, step: int, error: BaseException) -> None:
+        """Record why and where this head stopped recording; log it once."""
+        self.stopped = (step, error)
+        then = (
+            "Training stops (debug.fail_on_write_error=true)."
+            if self.fatal_errors
+            else "Training goes on without recording "
+            "(set debug.fail_on_write_error=true to stop it instead)."
+        )
+        logger.error(
+            f"areal-debug stopped recording at step {step} (shard {self.shard}): "
+            f"{error!r}. Steps before {step} are complete and replayable; step "
+            f"{step} and later are not recorded. {then} Fix the cause (disk space, "
+            f"permissions) and start a new recording to record again."
+        )
+        marker = os.path.join(self.path, stopped_marker_name(self.shard))
+        try:
+            atomic_write_json(
+                marker,
+                {
+                    "shard": self.shard,
+                    "step": step,
+                    "error": repr(error),
+                    "time": datetime.datetime.now(datetime.UTC).isoformat(),
+                },
+            )
+        except OSError as e:
+            logger.error(f"Could not write {marker} either: {e!r}")
 
     def _step_dir(self, step: int) -> str:
         return os.path.join(self.path, step_dirname(step))
 
     def _write_shard(self, step: int, batch: list[dict[str, Any]]) -> None:
         step_dir = self._step_dir(step)
-        nbytes, sha = save_payload(
-            os.path.join(step_dir, shard_payload_name(self.shard)), batch
+        name = shard_payload_name(self.shard, self.codec)
+        stored = save_payload(
+            os.path.join(step_dir, name), batch, self.codec, self.level
         )
-        meta = {
-            "shard": self.shard,
-            "file": shard_payload_name(self.shard),
-            "bytes": nbytes,
-            "sha256": sha,
-            **describe_batch(batch),
-        }
+        meta = {"shard": self.shard, **stored, **describe_batch(batch)}
         atomic_write_json(os.path.join(step_dir, shard_meta_name(self.shard)), meta)
         logger.info(
             f"Recorded step {step} shard {self.shard + 1}/{self.num_shards}: "
             f"{meta['num_trajectories']} trajectories, {meta['num_tokens']} tokens, "
-            f"{nbytes / 2**20:.2f} MiB"
+            f"{stored['bytes'] / 2**20:.2f} MiB on disk "
+            f"({stored['raw_bytes'] / 2**20:.2f} MiB uncompressed)"
         )
         self._maybe_finish_step(step)
 
     def _write_teacher_logp(self, step: int, logps: list[torch.Tensor]) -> None:
         step_dir = self._step_dir(step)
-        nbytes, sha = save_payload(os.path.join(step_dir, TEACHER_LOGP), logps)
+        path = os.path.join(step_dir, teacher_payload_name(self.codec))
         meta = {
-            "file": TEACHER_LOGP,
-            "bytes": nbytes,
-            "sha256": sha,
+            **save_payload(path, logps, self.codec, self.level),
             "num_trajectories": len(logps),
         }
         atomic_write_json(os.path.join(step_dir, TEACHER_LOGP_META), meta)
@@ -311,9 +367,10 @@ class RecordingWriter:
         atomic_write_json(os.path.join(step_dir, STEP_META), step_meta)
 
     def _write_rng(self, step: int, payload: dict) -> None:
-        _, sha = save_payload(os.path.join(self._step_dir(step), RNG), payload)
-        # stats.json, written after this by the same thread, carries the checksum.
-        self._rng_sha256[step] = sha
+        # Uncompressed (a few KiB); stats.json, written after this by the same
+        # thread, carries the checksum.
+        stored = save_payload(os.path.join(self._step_dir(step), RNG), payload)
+        self._rng_sha256[step] = stored["sha256"]
 
     def _write_stats(self, step: int, payload: dict) -> None:
         rng_sha = self._rng_sha256.pop(step, None)

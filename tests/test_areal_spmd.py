@@ -180,7 +180,7 @@ def test_cross_topology_replay_keeps_each_steps_batch(request, recorded, replaye
 def test_replay_of_a_corrupted_payload_names_the_file(spmd_d1, tmp_path):
     copy = tmp_path / "rec"
     shutil.copytree(spmd_d1.path, copy)
-    payload = copy / step_dirname(1) / shard_payload_name(0)
+    payload = copy / step_dirname(1) / shard_payload_name(0, "zstd")
     data = bytearray(payload.read_bytes())
     data[-10] ^= 0x01
     payload.write_bytes(bytes(data))

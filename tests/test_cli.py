@@ -20,7 +20,7 @@ def test_verify_passes_then_names_the_damaged_file(tmp_path, capsys):
     record(str(tmp_path), {0: [[traj(0)]], 1: [[traj(1)]]})
     assert main(["verify", str(tmp_path)]) == 0
     assert "2/2 payloads of 2 steps verified; 0 problem(s)" in capsys.readouterr().out
-    payload = tmp_path / step_dirname(1) / shard_payload_name(0)
+    payload = tmp_path / step_dirname(1) / shard_payload_name(0, "zstd")
     data = bytearray(payload.read_bytes())
     data[-1] ^= 0xFF
     payload.write_bytes(bytes(data))

@@ -136,7 +136,15 @@ def test_explicit_path_and_trial_name_are_kept(yaml_without_debug, tmp_path):
     assert cfg.debug.path == f"{tmp_path}/rec" and cfg.trial_name == "mine"
 
 
-@pytest.mark.parametrize("key,value", [("max_pending_steps", 0), ("verify_rtol", -1.0)])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("max_pending_steps", 0),
+        ("verify_rtol", -1.0),
+        ("compression", "gzip"),
+        ("compression_level", 0),
+    ],
+)
 def test_invalid_values_name_the_key(key, value):
     with pytest.raises(ValueError, match=f"debug.{key}"):
         DebugConfig(**{key: value})

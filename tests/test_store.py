@@ -13,6 +13,7 @@ from areal_debug.store_format import (
     MANIFEST,
     STEP_META,
     RecordingError,
+    encode_payload,
     sha256_bytes,
     shard_payload_name,
     step_dirname,
@@ -101,7 +102,7 @@ def test_step_metadata_describes_the_shard(tmp_path):
     assert shard["keys"]["input_ids"] == "int32"
     assert shard["keys"]["attention_mask"] == "bool"
     assert meta["policy_version"] == [1, 2]
-    data = (tmp_path / step_dirname(4) / shard_payload_name(0)).read_bytes()
+    data = (tmp_path / step_dirname(4) / shard_payload_name(0, "zstd")).read_bytes()
     assert shard["sha256"] == sha256_bytes(data) and shard["bytes"] == len(data)
 
 
@@ -161,7 +162,7 @@ def test_missing_steps_error_lists_them_and_the_causes(tmp_path):
 def test_flipped_byte_is_reported_with_both_hashes(tmp_path):
     batch = [traj(1)]
     record(str(tmp_path), {0: [batch]})
-    payload = tmp_path / step_dirname(0) / shard_payload_name(0)
+    payload = tmp_path / step_dirname(0) / shard_payload_name(0, "zstd")
     data = bytearray(payload.read_bytes())
     expected = sha256_bytes(bytes(data))
     data[len(data) // 2] ^= 0xFF
@@ -186,16 +187,18 @@ def test_pickled_object_is_refused_and_never_executed(tmp_path):
     marker = tmp_path / "pwned"
     buf = io.BytesIO()
     torch.save([{"input_ids": torch.zeros(1, 2), "x": _Exploit(str(marker))}], buf)
-    data = buf.getvalue()
+    raw = buf.getvalue()
+    data = encode_payload(raw, "zstd", 1)
     step = tmp_path / step_dirname(0)
-    (step / shard_payload_name(0)).write_bytes(data)
+    name = shard_payload_name(0, "zstd")
+    (step / name).write_bytes(data)
     # A matching checksum: only weights_only stands between the file and code.
     meta = json.loads((step / STEP_META).read_text())
-    meta["shards"][0]["sha256"] = sha256_bytes(data)
+    meta["shards"][0].update(sha256=sha256_bytes(data), raw_bytes=len(raw))
     (step / STEP_META).write_text(json.dumps(meta))
     with pytest.raises(RecordingError) as e:
         RecordingReader(str(tmp_path)).load_shard(0, 0)
-    assert "Refused to load" in str(e.value) and shard_payload_name(0) in str(e.value)
+    assert "Refused to load" in str(e.value) and name in str(e.value)
     assert not marker.exists()
 
 
@@ -206,7 +209,7 @@ def test_unsupported_format_version(tmp_path):
     (tmp_path / MANIFEST).write_text(json.dumps(m))
     with pytest.raises(RecordingError) as e:
         RecordingReader(str(tmp_path))
-    assert "format_version=99" in str(e.value) and "[1]" in str(e.value)
+    assert "format_version=99" in str(e.value) and "[1, 2]" in str(e.value)
 
 
 def test_wrong_path_and_non_recording(tmp_path):
@@ -263,15 +266,68 @@ def test_resharding_not_divisible_names_both_sizes(tmp_path):
     assert "4 trajectories" in str(e.value) and "not divisible by 3" in str(e.value)
 
 
-def test_writer_failure_surfaces_on_the_training_thread(tmp_path):
+def test_writer_failure_is_fatal_only_when_asked(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    w = RecordingWriter(str(blocker), shard=0, num_shards=1, steps_per_epoch=1)
+    w = RecordingWriter(
+        str(blocker), shard=0, num_shards=1, steps_per_epoch=1, fatal_errors=True
+    )
     w.submit_batch(0, [traj(1)])
     with pytest.raises(RecordingError, match="Writing the recording"):
         w.flush()
     with pytest.raises(RecordingError):
         w.close()
+    # By default the recording stops and the training thread never sees an error.
+    w = RecordingWriter(str(blocker), shard=0, num_shards=1, steps_per_epoch=1)
+    w.submit_batch(0, [traj(1)])
+    w.flush()
+    w.submit_batch(1, [traj(2)])
+    w.close()
+    assert w.stopped is not None and w.stopped[0] == 0
+
+
+def test_a_full_disk_stops_the_recording_where_it_failed(tmp_path, monkeypatch):
+    """Steps before the failure stay whole; the recording says where and why."""
+    import errno
+    import logging
+
+    from areal_debug import store_writer
+    from areal_debug.cli import main
+
+    real = store_writer.save_payload
+
+    def disk_full_from_step_2(path, obj, *args):
+        if step_dirname(2) in path:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, obj, *args)
+
+    monkeypatch.setattr(store_writer, "save_payload", disk_full_from_step_2)
+    errors: list[str] = []
+    handler = logging.Handler(logging.ERROR)
+    handler.emit = lambda record: errors.append(record.getMessage())
+    store_writer.logger.addHandler(handler)
+    monkeypatch.setattr(store_writer.logger, "disabled", False)
+    write_manifest(str(tmp_path), manifest())
+    w = RecordingWriter(str(tmp_path), shard=0, num_shards=1, steps_per_epoch=10)
+    for step in range(5):  # what training submits goes on being accepted
+        w.submit_batch(step, [traj(step)])
+        w.submit_stats(step, {"loss": float(step)})
+    w.close()
+    store_writer.logger.removeHandler(handler)
+    reader = RecordingReader(str(tmp_path))
+    assert reader.available_steps() == [0, 1]
+    assert_batches_equal([traj(1)], reader.load_shard(1, 0))
+    (stop,) = reader.stopped()
+    assert stop["step"] == 2 and "No space left" in stop["error"]
+    # Nothing of the failed step or the dropped ones is left half-visible.
+    assert not (tmp_path / step_dirname(3)).exists()
+    # One error, logged once, saying what happened and that training goes on.
+    (error,) = errors
+    assert "stopped recording at step 2 (shard 0)" in error
+    assert "Training goes on" in error and "fail_on_write_error" in error
+    with pytest.raises(RecordingError, match="stopped at step 2: writing shard 0"):
+        reader.require_steps(range(4))
+    assert main(["verify", str(tmp_path)]) == 0
 
 
 def test_format_ranges():
@@ -334,7 +390,9 @@ def test_teacher_log_probs_complete_the_step_and_load_checked(tmp_path):
     from concurrent.futures import Future
 
     from areal_debug.engines import ReplayTeacher
-    from areal_debug.store_format import TEACHER_LOGP
+    from areal_debug.store_format import teacher_payload_name
+
+    TEACHER_LOGP = teacher_payload_name("zstd")
 
     path = str(tmp_path / "rec")
     write_manifest(path, manifest())
@@ -374,3 +432,105 @@ def test_a_step_without_teacher_log_probs_says_how_to_replay(tmp_path):
         RecordingError, match="holds no teacher log-probs.*teacher=null"
     ):
         RecordingReader(path).recorded_teacher_logp(0)
+
+
+def _padded_rlvr_batch(n: int = 8, vocab: int = 151_000) -> list[dict]:
+    """Groups right-padded to their longest response, as AReaL batches are."""
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for i in range(n):
+        prompt, longest = 64 + 8 * i, 512
+        resp = torch.randint(16, longest, (4,), generator=g)
+        length = prompt + int(resp.max())
+        t = traj(i, group=4, length=length)
+        t["input_ids"] = torch.randint(0, vocab, (4, length), generator=g)
+        for row, r in enumerate(resp.tolist()):
+            t["input_ids"][row, prompt + r :] = 0
+            t["attention_mask"][row, prompt + r :] = False
+            t["logprobs"][row, prompt + r :] = 0.0
+        out.append(t)
+    return out
+
+
+@pytest.mark.parametrize("codec", ["zstd", "none"])
+def test_each_codec_round_trips_bitwise(tmp_path, codec):
+    batch = _padded_rlvr_batch()
+    write_manifest(str(tmp_path), manifest())
+    w = RecordingWriter(
+        str(tmp_path), shard=0, num_shards=1, steps_per_epoch=10, compression=codec
+    )
+    w.submit_batch(0, batch)
+    w.close()
+    reader = RecordingReader(str(tmp_path))
+    entry = reader.step_meta(0)["shards"][0]
+    assert entry["codec"] == codec
+    assert entry["file"] == shard_payload_name(0, codec)
+    on_disk = (tmp_path / step_dirname(0) / entry["file"]).read_bytes()
+    # The checksum and size are those of the bytes on disk.
+    assert entry["sha256"] == sha256_bytes(on_disk) and entry["bytes"] == len(on_disk)
+    buf = io.BytesIO()
+    torch.save(batch, buf)
+    assert entry["raw_bytes"] == len(buf.getvalue())
+    if codec == "zstd":
+        # Padding, and 18-bit token ids in int64, compress (0.24 measured on this
+        # small, lightly padded batch; benchmarks/compression.py measures the
+        # realistic one).
+        assert entry["bytes"] < 0.3 * entry["raw_bytes"]
+    else:
+        assert on_disk == buf.getvalue()
+    assert_batches_equal(batch, reader.load_shard(0, 0))
+
+
+def test_a_version_1_shard_without_codec_still_loads(tmp_path):
+    """v1 metadata has no codec or raw_bytes, and its payload is plain torch.save."""
+    batch = [traj(1)]
+    m = manifest()
+    m["format_version"] = 1
+    write_manifest(str(tmp_path), m)
+    w = RecordingWriter(
+        str(tmp_path), shard=0, num_shards=1, steps_per_epoch=10, compression="none"
+    )
+    w.submit_batch(0, batch)
+    w.close()
+    step = tmp_path / step_dirname(0)
+    meta = json.loads((step / STEP_META).read_text())
+    for key in ("codec", "raw_bytes"):
+        del meta["shards"][0][key]
+    meta["format_version"] = 1
+    (step / STEP_META).write_text(json.dumps(meta))
+    assert_batches_equal(batch, RecordingReader(str(tmp_path)).load_shard(0, 0))
+
+
+def _edit_shard_meta(tmp_path, **changes) -> None:
+    step = tmp_path / step_dirname(0)
+    meta = json.loads((step / STEP_META).read_text())
+    meta["shards"][0].update(changes)
+    (step / STEP_META).write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"codec": "lz4"}, "uses codec 'lz4', which this areal-debug does not read"),
+        ({"raw_bytes": None}, "has no valid raw_bytes"),
+        # A payload that would inflate beyond what its metadata says is refused
+        # before the memory is taken.
+        ({"raw_bytes": 100}, r"declares \d+ uncompressed bytes, its metadata says 100"),
+    ],
+)
+def test_codec_metadata_problems_are_named(tmp_path, changes, message):
+    record(str(tmp_path), {0: [[traj(1)]]})
+    _edit_shard_meta(tmp_path, **changes)
+    with pytest.raises(RecordingError, match=message) as e:
+        RecordingReader(str(tmp_path)).load_shard(0, 0)
+    assert shard_payload_name(0, "zstd") in str(e.value)
+
+
+def test_damaged_compressed_bytes_with_a_matching_checksum_are_named(tmp_path):
+    record(str(tmp_path), {0: [[traj(1)]]})
+    payload = tmp_path / step_dirname(0) / shard_payload_name(0, "zstd")
+    data = b"not a zstd frame" + payload.read_bytes()[16:]
+    payload.write_bytes(data)
+    _edit_shard_meta(tmp_path, sha256=sha256_bytes(data))
+    with pytest.raises(RecordingError, match="Cannot decompress .*damaged"):
+        RecordingReader(str(tmp_path)).load_shard(0, 0)

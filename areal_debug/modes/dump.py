@@ -122,6 +122,9 @@ class DumpMode(ActiveMode):
                 max_pending=self.debug.max_pending_steps,
                 clone_tensors=self.topology.clone_recorded_tensors(),
                 records_teacher=self.records_teacher,
+                compression=self.debug.compression,
+                compression_level=self.debug.compression_level,
+                fatal_errors=self.debug.fail_on_write_error,
             )
         # The inference side runs inside the actor's prepare_batch, before the
         # clock advances: this is the batch of the step about to run.
@@ -151,13 +154,25 @@ class DumpMode(ActiveMode):
             # replay of step N needs the one before N, so a copy stays with the
             # recording.
             if self.topology.is_coordinator():
-                checkpoints.keep(
-                    self.trainer.config,
-                    self.debug.path,
-                    step,
-                    checkpoints.model_names(self.trainer.config),
-                )
+                self._keep_checkpoint(step)
             self.topology.barrier(self.trainer)
+
+    def _keep_checkpoint(self, step: int) -> None:
+        config = self.trainer.config
+        try:
+            checkpoints.keep(
+                config, self.debug.path, step, checkpoints.model_names(config)
+            )
+        except OSError as e:
+            if self.debug.fail_on_write_error:
+                raise
+            # The copy is all or nothing (renamed into place): no half checkpoint.
+            logger.error(
+                f"Could not keep the recover checkpoint of step {step} with the "
+                f"recording: {e!r}. Training goes on; a replay from a later step "
+                "will start from an earlier kept checkpoint, or from the first "
+                "recorded step. Free disk space to keep the next ones."
+            )
 
     # -- the run -------------------------------------------------------------------
     def before_train(self, start: int, workflow, total_epochs):
