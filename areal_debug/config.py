@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 from areal.api.cli_args import GRPOConfig, PPOConfig
 
+from areal_debug.retention import parse_steps
+
 # Directory name of a recording under <fileroot>/<experiment>/<trial>/. Chosen so
 # it cannot be mistaken for AReaL's own `rollout.dump_to_file` JSONL output,
 # which lives under <log dir>/rollout/<version>/.
@@ -73,6 +75,40 @@ class DebugConfig:
             "help": "Dump mode: zstd level (1-22). Level 1 was chosen by measurement "
             "on a padded RLVR batch (benchmarks/compression.py): levels 3-10 save "
             "only 3-7% more space, at 1.1-6x the CPU time of the writer."
+        },
+    )
+    record_steps: str | None = field(
+        default=None,
+        metadata={
+            "help": "Dump mode: the steps to record, as steps and ranges, e.g. "
+            "'0-9,50,100-' (an open range runs to the end). Default: every step."
+        },
+    )
+    record_every: int = field(
+        default=1,
+        metadata={"help": "Dump mode: record only every n-th step (step % n == 0)."},
+    )
+    keep_last_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "Dump mode: keep at most this many recent steps (a ring buffer); "
+            "older ones are deleted, except pinned steps and what replaying them "
+            "needs. Default: keep everything."
+        },
+    )
+    max_disk_gb: float | None = field(
+        default=None,
+        metadata={
+            "help": "Dump mode: keep the recording (steps and kept recover "
+            "checkpoints) under this size, deleting the oldest unpinned steps first."
+        },
+    )
+    pin_steps: list[int] = field(
+        default_factory=list,
+        metadata={
+            "help": "Dump mode: steps never deleted, with the latest kept recover "
+            "checkpoint before each and the steps between, so "
+            "debug.replay_start_step=N replays a pinned step N."
         },
     )
     fail_on_write_error: bool = field(
@@ -152,6 +188,20 @@ class DebugConfig:
                 "debug.compression_level must be between 1 and 22 (zstd levels), "
                 f"got {self.compression_level}."
             )
+        if self.record_every < 1:
+            raise ValueError(
+                f"debug.record_every must be >= 1, got {self.record_every}."
+            )
+        if self.keep_last_steps is not None and self.keep_last_steps < 1:
+            raise ValueError(
+                f"debug.keep_last_steps must be >= 1 (or null to keep every step), "
+                f"got {self.keep_last_steps}."
+            )
+        if self.max_disk_gb is not None and self.max_disk_gb <= 0:
+            raise ValueError(
+                f"debug.max_disk_gb must be > 0 (or null), got {self.max_disk_gb}."
+            )
+        parse_steps(self.record_steps)  # raises ValueError naming the bad part
         if self.max_pending_steps < 1:
             raise ValueError(
                 f"debug.max_pending_steps must be >= 1, got {self.max_pending_steps}."

@@ -18,6 +18,8 @@ from typing import Any
 import torch
 from areal.utils import logging
 
+from areal_debug import retention
+from areal_debug.checkpoints import KEPT, kept_steps
 from areal_debug.manifest import Manifest
 from areal_debug.store_format import (
     FORMAT_VERSION,
@@ -134,8 +136,12 @@ class RecordingWriter:
         compression: str = "zstd",
         compression_level: int = 1,
         fatal_errors: bool = False,
+        retention_policy: retention.RetentionPolicy | None = None,
     ):
         self.path = path
+        # Only the coordinator's writer (the one that writes stats) deletes.
+        self.retention = retention_policy
+        self._sizes: dict[str, int] = {}
         self.fatal_errors = fatal_errors
         # (step, error) once the writer has stopped.
         self.stopped: tuple[int, BaseException] | None = None
@@ -379,6 +385,41 @@ class RecordingWriter:
         atomic_write_json(
             os.path.join(self._step_dir(step), STATS), {"global_step": step, **payload}
         )
+        if self.retention is not None and self.retention.deletes:
+            self._retain()
+
+    def _retain(self) -> None:
+        """Delete what the retention policy lets go (after each recorded step)."""
+        kept_root = os.path.join(self.path, KEPT)
+        steps = {
+            s: d
+            for s, d in list_step_dirs(self.path).items()
+            if os.path.exists(os.path.join(d, STEP_META))
+        }
+        ckpts = {
+            c: os.path.join(kept_root, step_dirname(c)) for c in kept_steps(self.path)
+        }
+        newest = max(steps, default=None)
+        result = retention.plan(
+            self.retention,
+            {s: self._size(d, cache=s != newest) for s, d in steps.items()},
+            {c: self._size(d) for c, d in ckpts.items()},
+        )
+        retention.apply(self.path, result, kept_root)
+        for d in [
+            *(steps[s] for s in result.delete_steps),
+            *(ckpts[c] for c in result.delete_checkpoints),
+        ]:
+            self._sizes.pop(d, None)
+
+    def _size(self, directory: str, cache: bool = True) -> int:
+        # A complete step (or kept checkpoint) does not change: measure it once.
+        if directory in self._sizes:
+            return self._sizes[directory]
+        size = retention.dir_bytes(directory)
+        if cache:
+            self._sizes[directory] = size
+        return size
 
 
 _live_writers: weakref.WeakSet[RecordingWriter] = weakref.WeakSet()

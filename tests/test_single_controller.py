@@ -195,7 +195,7 @@ def interrupt(workdir, name, mode_overrides, server_addr, wait_for, send) -> int
             time.sleep(0.2)
         assert proc.poll() is None, "the run ended before it could be interrupted"
         send(proc)
-        rc = proc.wait(timeout=180)
+        rc = proc.wait(timeout=90)
         assert_no_workers_left(workdir)
         return rc
     finally:
@@ -210,7 +210,8 @@ def test_ctrl_c_to_the_controller_alone_during_a_dump_leaves_no_worker(
     rc = interrupt(
         sc_workdir,
         "ctrl-c",
-        ["debug.dump_rollout_data=true", "total_train_steps=50", "trial_name=ctrlc"],
+        # Epochs enough that the run cannot end on its own before the signal.
+        ["debug.dump_rollout_data=true", "total_train_epochs=20", "trial_name=ctrlc"],
         cpu_server,
         "Train step 1/",
         lambda proc: proc.send_signal(signal.SIGINT),

@@ -19,6 +19,7 @@ from areal_debug import areal_compat, checkpoints
 from areal_debug.determinism import current_settings
 from areal_debug.manifest import Manifest
 from areal_debug.modes.base import ActiveMode
+from areal_debug.retention import RetentionPolicy
 from areal_debug.sglang_stand_in import missing_sglang_error, relax_sglang_check
 from areal_debug.stats_comparison import (
     inference_stats,
@@ -39,6 +40,7 @@ class DumpMode(ActiveMode):
         self.writer: RecordingWriter | None = None
         self._sglang_guard = None
         self.records_teacher = False
+        self.policy = RetentionPolicy.from_debug(debug)
 
     # -- building ------------------------------------------------------------------
     def build_inference_engine(self, default: Callable, rollout_config, is_eval, lora):
@@ -125,22 +127,28 @@ class DumpMode(ActiveMode):
                 compression=self.debug.compression,
                 compression_level=self.debug.compression_level,
                 fatal_errors=self.debug.fail_on_write_error,
+                retention_policy=(
+                    self.policy if self.topology.is_coordinator() else None
+                ),
             )
         # The inference side runs inside the actor's prepare_batch, before the
         # clock advances: this is the batch of the step about to run.
-        self.writer.submit_batch(self.clock.next_step, batch)
+        if self.policy.records(self.clock.next_step):
+            self.writer.submit_batch(self.clock.next_step, batch)
 
     def _record_teacher_logp(self, logps) -> None:
         # The teacher scores the batch after it is ready: the current step's.
-        self.writer.submit_teacher_logp(self.clock.current, logps)
+        if self.policy.records(self.clock.current):
+            self.writer.submit_teacher_logp(self.clock.current, logps)
 
     def on_batch_ready(self, step: int) -> None:
+        # Every rank joins the RNG gather, recorded step or not.
         states = self.topology.capture_rng(self.trainer)
-        if states is not None and self.writer is not None:
+        if states is not None and self.writer is not None and self.policy.records(step):
             self.writer.submit_rng(step, states)
 
     def on_step_stats(self, step: int, stats: dict[str, Any]) -> None:
-        if self.writer is not None:
+        if self.writer is not None and self.policy.records(step):
             self.writer.submit_stats(
                 step, training_stats(stats), timing_stats(stats), inference_stats(stats)
             )

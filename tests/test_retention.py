@@ -1,0 +1,112 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Retention: what a long dump run records, keeps and deletes (plan and writer)."""
+
+import os
+
+import pytest
+import torch
+
+from areal_debug.checkpoints import KEPT
+from areal_debug.retention import (
+    DELETING_PREFIX,
+    RetentionPolicy,
+    parse_steps,
+    plan,
+)
+from areal_debug.store_format import step_dirname
+from areal_debug.store_reader import RecordingReader
+from areal_debug.store_writer import RecordingWriter, write_manifest
+
+
+def test_step_specs_parse_and_bad_ones_say_how_to_write_them():
+    assert parse_steps("0-9, 50,100-") == [(0, 9), (50, 50), (100, None)]
+    assert parse_steps(None) is None and parse_steps("") is None
+    with pytest.raises(ValueError, match="'x' is not a step or a range"):
+        parse_steps("1,x")
+    with pytest.raises(ValueError, match="bad range 5-2"):
+        parse_steps("5-2")
+
+
+def test_which_steps_are_recorded():
+    p = RetentionPolicy(record_steps=parse_steps("0-3,10-"), record_every=2, pinned={5})
+    assert [s for s in range(14) if p.records(s)] == [0, 2, 5, 10, 12]
+
+
+def sizes(steps, each=10):
+    return {s: each for s in steps}
+
+
+def test_ring_buffer_keeps_the_newest_steps():
+    p = RetentionPolicy(keep_last_steps=2)
+    result = plan(p, sizes(range(6)), {})
+    assert result.delete_steps == [0, 1, 2, 3]
+
+
+def test_a_pinned_step_keeps_its_checkpoint_and_the_steps_after_it():
+    # Checkpoints after steps 1 and 3: pinned step 3 replays from checkpoint 1
+    # (the latest at or before step 2) through steps 2 and 3.
+    p = RetentionPolicy(keep_last_steps=2, pinned={3})
+    result = plan(p, sizes(range(8)), {1: 100, 3: 100, 5: 100})
+    assert result.delete_steps == [0, 1, 4, 5]
+    assert 1 not in result.delete_checkpoints
+    # Checkpoint 5 restores the policy before step 6, the oldest step kept.
+    assert result.delete_checkpoints == [3]
+    assert result.kept_for_pins == [1, 2]
+
+
+def test_a_disk_budget_deletes_oldest_unpinned_first_and_never_the_newest():
+    p = RetentionPolicy(max_disk_bytes=35, pinned={1})
+    result = plan(p, sizes(range(6)), {})
+    # 60 bytes -> 30. With no checkpoint, pinned step 1 replays from step 0: both
+    # stay, as does the newest (5); 2, 3 and 4 go.
+    assert result.delete_steps == [2, 3, 4]
+    assert result.kept_for_pins == [0]
+    tiny = RetentionPolicy(max_disk_bytes=1)
+    assert plan(tiny, sizes(range(3)), {}).delete_steps == [0, 1]
+
+
+def test_nothing_is_deleted_without_a_limit():
+    result = plan(RetentionPolicy(pinned={2}), sizes(range(5)), {0: 1, 2: 1})
+    assert result.delete_steps == [] and result.delete_checkpoints == []
+
+
+def batch(step):
+    return [{"input_ids": torch.full((2, 4), step), "rewards": torch.zeros(2)}]
+
+
+def test_the_writer_keeps_exactly_what_the_policy_says(tmp_path):
+    path = str(tmp_path / "rec")
+    write_manifest(
+        path,
+        {
+            "format_version": 2,
+            "experiment_name": "e",
+            "trial_name": "t",
+            "layout": {"num_shards": 1, "steps_per_epoch": 10},
+        },
+    )
+    # Kept recover checkpoints as DumpMode leaves them, after steps 1 and 3.
+    for c in (1, 3):
+        os.makedirs(os.path.join(path, KEPT, step_dirname(c), "checkpoints"))
+    # And one after step 0, which no kept step needs: it is deleted.
+    os.makedirs(os.path.join(path, KEPT, step_dirname(0), "checkpoints"))
+    policy = RetentionPolicy(keep_last_steps=2, pinned={3})
+    w = RecordingWriter(
+        path, shard=0, num_shards=1, steps_per_epoch=10, retention_policy=policy
+    )
+    for step in range(6):
+        w.submit_batch(step, batch(step))
+        w.submit_stats(step, {"loss": float(step)})
+    w.close()
+    reader = RecordingReader(path)
+    # Ring buffer of 2 (4, 5) plus pinned 3 and what replaying it needs (2).
+    assert reader.available_steps() == [2, 3, 4, 5]
+    # Checkpoint 1 replays steps 2-3 (the pin), checkpoint 3 steps 4-5.
+    assert sorted(os.listdir(os.path.join(path, KEPT))) == [
+        step_dirname(1),
+        step_dirname(3),
+    ]
+    assert not [n for n in os.listdir(path) if n.startswith(DELETING_PREFIX)]
+    assert torch.equal(
+        reader.load_shard(3, 0)[0]["input_ids"], batch(3)[0]["input_ids"]
+    )
