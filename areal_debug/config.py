@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from areal.api.cli_args import GRPOConfig, PPOConfig
 
+from areal_debug.anomaly import parse_threshold
 from areal_debug.retention import parse_steps
 
 # Directory name of a recording under <fileroot>/<experiment>/<trial>/. Chosen so
@@ -91,7 +92,8 @@ class DebugConfig:
     keep_last_steps: int | None = field(
         default=None,
         metadata={
-            "help": "Dump mode: keep at most this many recent steps (a ring buffer); "
+            "help": "Dump mode: keep at most this many recent steps (a ring buffer; "
+            "at least debug.anomaly_context_steps + 1 while anomaly pins are on); "
             "older ones are deleted, except pinned steps and what replaying them "
             "needs. Default: keep everything."
         },
@@ -110,6 +112,34 @@ class DebugConfig:
             "checkpoint before each and the steps between, so "
             "debug.replay_start_step=N replays a pinned step N."
         },
+    )
+    pin_on_anomaly: bool = field(
+        default=True,
+        metadata={
+            "help": "Dump mode: pin a step (and debug.anomaly_context_steps before "
+            "it) when its statistics show a NaN/inf loss or grad norm, a loss or "
+            "grad norm above debug.anomaly_median_factor x its running median, or "
+            "one of debug.anomaly_thresholds. Pinned steps are never deleted."
+        },
+    )
+    anomaly_median_factor: float | None = field(
+        default=10.0,
+        metadata={
+            "help": "Dump mode: a loss or grad norm this many times its running "
+            "median (over the last 50 steps, from the 6th step on) pins the step. "
+            "null turns this trigger off."
+        },
+    )
+    anomaly_thresholds: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Dump mode: metric thresholds that pin a step, as 'METRIC OP "
+            "NUMBER', e.g. ['ppo_actor/task_reward/avg < 0.05']."
+        },
+    )
+    anomaly_context_steps: int = field(
+        default=2,
+        metadata={"help": "Dump mode: steps before an anomalous step pinned with it."},
     )
     fail_on_write_error: bool = field(
         default=False,
@@ -202,6 +232,18 @@ class DebugConfig:
                 f"debug.max_disk_gb must be > 0 (or null), got {self.max_disk_gb}."
             )
         parse_steps(self.record_steps)  # raises ValueError naming the bad part
+        for text in self.anomaly_thresholds:
+            parse_threshold(text)
+        if self.anomaly_context_steps < 0:
+            raise ValueError(
+                "debug.anomaly_context_steps must be >= 0, got "
+                f"{self.anomaly_context_steps}."
+            )
+        if self.anomaly_median_factor is not None and self.anomaly_median_factor <= 1:
+            raise ValueError(
+                "debug.anomaly_median_factor must be > 1 (or null to turn it off), "
+                f"got {self.anomaly_median_factor}."
+            )
         if self.max_pending_steps < 1:
             raise ValueError(
                 f"debug.max_pending_steps must be >= 1, got {self.max_pending_steps}."

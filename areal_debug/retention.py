@@ -67,10 +67,14 @@ class RetentionPolicy:
     @classmethod
     def from_debug(cls, debug) -> RetentionPolicy:
         gb = debug.max_disk_gb
+        keep = debug.keep_last_steps
+        if keep is not None and debug.pin_on_anomaly:
+            # An anomaly pins the steps before it: they must still be there.
+            keep = max(keep, debug.anomaly_context_steps + 1)
         return cls(
             record_steps=parse_steps(debug.record_steps),
             record_every=debug.record_every,
-            keep_last_steps=debug.keep_last_steps,
+            keep_last_steps=keep,
             max_disk_bytes=None if gb is None else int(gb * 2**30),
             pinned=set(debug.pin_steps or ()),
         )

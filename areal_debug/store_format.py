@@ -37,6 +37,7 @@ STEP_META = "step.json"
 STATS = "stats.json"
 RNG = "rng.pt"
 TEACHER_LOGP_META = "teacher_logp.json"
+ANOMALY = "anomaly.json"
 
 
 class RecordingError(RuntimeError):

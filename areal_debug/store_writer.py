@@ -22,6 +22,7 @@ from areal_debug import retention
 from areal_debug.checkpoints import KEPT, kept_steps
 from areal_debug.manifest import Manifest
 from areal_debug.store_format import (
+    ANOMALY,
     FORMAT_VERSION,
     MANIFEST,
     RNG,
@@ -201,6 +202,10 @@ class RecordingWriter:
         """Queue every rank's RNG states at the step's dump point (global rank 0)."""
         self._put(("rng", global_step, {"world_size": len(states), "ranks": states}))
 
+    def submit_pin(self, global_step: int, reasons: list[str], pins: list[int]) -> None:
+        """Pin ``pins`` (never deleted) because ``global_step`` was anomalous."""
+        self._put(("pin", global_step, {"reasons": list(reasons), "pinned": pins}))
+
     def flush(self) -> None:
         """Block until everything submitted is on disk; raise if writing failed."""
         self._queue.join()
@@ -263,6 +268,8 @@ class RecordingWriter:
                         self._write_teacher_logp(step, payload)
                     elif kind == "rng":
                         self._write_rng(step, payload)
+                    elif kind == "pin":
+                        self._write_pin(step, payload)
                     else:
                         self._write_stats(step, payload)
             except BaseException as e:  # noqa: BLE001 - surfaced on the training thread
@@ -387,6 +394,16 @@ class RecordingWriter:
         )
         if self.retention is not None and self.retention.deletes:
             self._retain()
+
+    def _write_pin(self, step: int, payload: dict) -> None:
+        if self.retention is not None:
+            self.retention.pinned.update(payload["pinned"])
+        step_dir = self._step_dir(step)
+        if os.path.isdir(step_dir):
+            # Written with the step: what fired, and which steps it keeps.
+            atomic_write_json(
+                os.path.join(step_dir, ANOMALY), {"global_step": step, **payload}
+            )
 
     def _retain(self) -> None:
         """Delete what the retention policy lets go (after each recorded step)."""

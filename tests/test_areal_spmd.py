@@ -6,7 +6,9 @@ replay constructs no engine at all (the entry script fails if one is built).
 The recordings (``spmd_d1``, ``spmd_d2``) are made once per test run.
 """
 
+import json
 import math
+import os
 import shutil
 
 import pytest
@@ -15,7 +17,12 @@ from support.harness import (
     replay_report,
     run_torchrun,
 )
-from support.recordings import DROPOUT, SPMD_D1_STEPS, SPMD_D2_STEPS
+from support.recordings import (
+    ANOMALY_THRESHOLD,
+    DROPOUT,
+    SPMD_D1_STEPS,
+    SPMD_D2_STEPS,
+)
 
 from areal_debug.stats_comparison import training_stats
 from areal_debug.store_format import shard_payload_name, step_dirname
@@ -120,6 +127,18 @@ def test_two_heads_record_one_shard_each(spmd_d2):
     assert meta["num_shards"] == 2 and [s["shard"] for s in meta["shards"]] == [0, 1]
     # batch_size 8 prompts split over 2 heads' DistributedSampler shards.
     assert [s["num_trajectories"] for s in meta["shards"]] == [4, 4]
+
+
+def test_an_anomaly_trigger_pins_the_step_in_a_real_run(spmd_d1):
+    """spmd_d1 records with a threshold that fires at every step."""
+    assert f"Anomaly at step 0: {ANOMALY_THRESHOLD} (it is" in spmd_d1.run.log
+    for step in range(SPMD_D1_STEPS):
+        with open(os.path.join(spmd_d1.path, step_dirname(step), "anomaly.json")) as f:
+            fired = json.load(f)
+        assert fired["global_step"] == step
+        (reason,) = fired["reasons"]
+        assert reason.startswith(f"{ANOMALY_THRESHOLD} (it is ")
+        assert fired["pinned"] == list(range(max(0, step - 2), step + 1))
 
 
 def test_debug_off_and_dump_train_exactly_like_ppo_trainer(spmd_d1):

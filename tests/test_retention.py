@@ -70,12 +70,7 @@ def test_nothing_is_deleted_without_a_limit():
     assert result.delete_steps == [] and result.delete_checkpoints == []
 
 
-def batch(step):
-    return [{"input_ids": torch.full((2, 4), step), "rewards": torch.zeros(2)}]
-
-
-def test_the_writer_keeps_exactly_what_the_policy_says(tmp_path):
-    path = str(tmp_path / "rec")
+def new_recording(path: str) -> None:
     write_manifest(
         path,
         {
@@ -85,6 +80,15 @@ def test_the_writer_keeps_exactly_what_the_policy_says(tmp_path):
             "layout": {"num_shards": 1, "steps_per_epoch": 10},
         },
     )
+
+
+def batch(step):
+    return [{"input_ids": torch.full((2, 4), step), "rewards": torch.zeros(2)}]
+
+
+def test_the_writer_keeps_exactly_what_the_policy_says(tmp_path):
+    path = str(tmp_path / "rec")
+    new_recording(path)
     # Kept recover checkpoints as DumpMode leaves them, after steps 1 and 3.
     for c in (1, 3):
         os.makedirs(os.path.join(path, KEPT, step_dirname(c), "checkpoints"))
@@ -110,3 +114,60 @@ def test_the_writer_keeps_exactly_what_the_policy_says(tmp_path):
     assert torch.equal(
         reader.load_shard(3, 0)[0]["input_ids"], batch(3)[0]["input_ids"]
     )
+
+
+def test_anomaly_triggers_name_what_fired():
+    from areal_debug.anomaly import AnomalyDetector
+
+    d = AnomalyDetector(10.0, ["ppo_actor/task_reward/avg < 0.05"])
+    normal = {
+        "ppo_actor/update/grad_norm": 1.0,
+        "ppo_actor/update/actor_loss/avg": -0.02,
+        "ppo_actor/task_reward/avg": 0.5,
+    }
+    # No median trigger before 5 steps of history, and none on normal steps.
+    assert [d.check(normal) for _ in range(6)] == [[]] * 6
+    (reason,) = d.check({**normal, "ppo_actor/update/grad_norm": 25.0})
+    assert "grad_norm = 25 is above 10 x its running median 1" in reason
+    (reason,) = d.check({**normal, "ppo_actor/update/actor_loss/avg": float("nan")})
+    assert reason == "ppo_actor/update/actor_loss/avg is nan"
+    (reason,) = d.check({**normal, "ppo_actor/task_reward/avg": 0.01})
+    assert reason == "ppo_actor/task_reward/avg < 0.05 (it is 0.01)"
+    # Statistics that are neither losses nor grad norms are never watched.
+    assert d.check({**normal, "ppo_actor/update/actor_loss/max": float("inf")}) == []
+
+
+def test_bad_thresholds_say_how_to_write_them():
+    from areal_debug.config import DebugConfig
+
+    with pytest.raises(ValueError, match="'reward low' is not 'METRIC OP NUMBER'"):
+        DebugConfig(anomaly_thresholds=["reward low"])
+
+
+def test_an_anomaly_pin_outlives_the_ring_buffer(tmp_path):
+    """The pin is applied before the step's retention runs: its context survives."""
+    import json
+
+    path = str(tmp_path / "rec")
+    new_recording(path)
+    w = RecordingWriter(
+        path,
+        shard=0,
+        num_shards=1,
+        steps_per_epoch=10,
+        # At least anomaly_context_steps + 1 (DebugConfig makes it so): the
+        # context of an anomaly is still on disk when the anomaly shows.
+        retention_policy=RetentionPolicy(keep_last_steps=3),
+    )
+    for step in range(8):
+        w.submit_batch(step, batch(step))
+        if step == 3:  # as DumpMode submits it: before the step's stats
+            w.submit_pin(3, ["ppo_actor/update/grad_norm is nan"], [1, 2, 3])
+        w.submit_stats(step, {"loss": float(step)})
+    w.close()
+    # Without a kept checkpoint, pinned steps replay from step 0: 0-3 stay; the
+    # ring buffer keeps 5-7; only 4 goes.
+    assert RecordingReader(path).available_steps() == [0, 1, 2, 3, 5, 6, 7]
+    fired = json.loads(open(os.path.join(path, step_dirname(3), "anomaly.json")).read())
+    assert fired["reasons"] == ["ppo_actor/update/grad_norm is nan"]
+    assert fired["pinned"] == [1, 2, 3]

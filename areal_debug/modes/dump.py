@@ -16,6 +16,7 @@ import torch
 from areal.utils import logging
 
 from areal_debug import areal_compat, checkpoints
+from areal_debug.anomaly import AnomalyDetector
 from areal_debug.determinism import current_settings
 from areal_debug.manifest import Manifest
 from areal_debug.modes.base import ActiveMode
@@ -41,6 +42,11 @@ class DumpMode(ActiveMode):
         self._sglang_guard = None
         self.records_teacher = False
         self.policy = RetentionPolicy.from_debug(debug)
+        self.detector = (
+            AnomalyDetector(debug.anomaly_median_factor, debug.anomaly_thresholds)
+            if debug.pin_on_anomaly
+            else None
+        )
 
     # -- building ------------------------------------------------------------------
     def build_inference_engine(self, default: Callable, rollout_config, is_eval, lora):
@@ -148,9 +154,20 @@ class DumpMode(ActiveMode):
             self.writer.submit_rng(step, states)
 
     def on_step_stats(self, step: int, stats: dict[str, Any]) -> None:
+        trained = training_stats(stats)
+        reasons = self.detector.check(trained) if self.detector else []
+        if reasons and self.writer is not None:
+            first = max(0, step - self.debug.anomaly_context_steps)
+            logger.warning(
+                f"Anomaly at step {step}: {'; '.join(reasons)}. Pinned steps "
+                f"{first}-{step}: retention keeps them, with what replaying them "
+                f"needs (debug.replay_start_step={step})."
+            )
+            # Queued before the step's stats, after which retention runs.
+            self.writer.submit_pin(step, reasons, list(range(first, step + 1)))
         if self.writer is not None and self.policy.records(step):
             self.writer.submit_stats(
-                step, training_stats(stats), timing_stats(stats), inference_stats(stats)
+                step, trained, timing_stats(stats), inference_stats(stats)
             )
 
     def save_recover_checkpoint(self, default: Callable, epoch, epoch_step, step):

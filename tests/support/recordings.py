@@ -31,6 +31,7 @@ from support.harness import (
 )
 
 DROPOUT = ["actor.disable_dropout=false"]
+ANOMALY_THRESHOLD = "ppo_actor/update/grad_norm > 0"
 SPMD_D1_STEPS = 5
 SPMD_D2_STEPS = 3
 SC_STEPS = 3
@@ -79,6 +80,8 @@ def spmd_d1(tmp_path_factory, tiny_assets) -> Recorded:
             "debug.dump_rollout_data=true",
             "recover.mode=on",
             "++recover.freq_steps=1",
+            # Fires at every step: the anomaly hook in a real run (files only).
+            f"debug.anomaly_thresholds=['{ANOMALY_THRESHOLD}']",
         ],
     )
     assert run.returncode == 0, run.log[-3000:]
