@@ -100,7 +100,15 @@ def start_logged(cmd, workdir, name, env) -> subprocess.Popen:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=_default_sigint,
         )
+
+
+def _default_sigint() -> None:
+    # A suite started in the background (`make test &`) runs with SIGINT ignored,
+    # which children inherit: Python then never raises KeyboardInterrupt. A run
+    # started from a terminal has the default; the tests start runs the same way.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def end_session(proc: subprocess.Popen) -> None:
