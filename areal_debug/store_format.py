@@ -72,6 +72,15 @@ def payload_suffix(codec: str) -> str:
     return ".pt.zst" if codec == "zstd" else ".pt"
 
 
+def complete_step_dirs(path: str) -> dict[int, str]:
+    """{global step: directory} of the steps whose step.json exists."""
+    return {
+        step: d
+        for step, d in list_step_dirs(path).items()
+        if os.path.exists(os.path.join(d, STEP_META))
+    }
+
+
 def shard_payload_name(shard: int, codec: str = "none") -> str:
     return f"shard-{shard:05d}{payload_suffix(codec)}"
 

@@ -19,6 +19,7 @@ from areal_debug.store_format import (
     STEP_META,
     SUPPORTED_FORMAT_VERSIONS,
     RecordingError,
+    complete_step_dirs,
     decode_payload,
     list_step_dirs,
     read_json,
@@ -90,11 +91,7 @@ class RecordingReader:
     # -- which steps exist -------------------------------------------------------
     def available_steps(self) -> list[int]:
         """Complete steps, i.e. those whose step.json exists."""
-        return [
-            step
-            for step, d in list_step_dirs(self.path).items()
-            if os.path.exists(os.path.join(d, STEP_META))
-        ]
+        return list(complete_step_dirs(self.path))
 
     def incomplete_steps(self) -> list[int]:
         """Step directories without step.json: a head did not finish writing."""

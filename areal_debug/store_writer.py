@@ -33,6 +33,7 @@ from areal_debug.store_format import (
     atomic_write_bytes,
     atomic_write_json,
     check_storable,
+    complete_step_dirs,
     describe_batch,
     encode_payload,
     list_step_dirs,
@@ -408,11 +409,7 @@ class RecordingWriter:
     def _retain(self) -> None:
         """Delete what the retention policy lets go (after each recorded step)."""
         kept_root = os.path.join(self.path, KEPT)
-        steps = {
-            s: d
-            for s, d in list_step_dirs(self.path).items()
-            if os.path.exists(os.path.join(d, STEP_META))
-        }
+        steps = complete_step_dirs(self.path)
         ckpts = {
             c: os.path.join(kept_root, step_dirname(c)) for c in kept_steps(self.path)
         }
