@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml requirements/cpu.txt requirements/constraints-cpu.txt
 	touch $(STAMP)
 
 test: setup
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q --durations=15 tests
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadgroup --durations=15 tests
 
 demo: setup
 	$(VENV)/bin/areal-debug demo

@@ -10,6 +10,7 @@ ReplayDataLoader position as in any resumed run.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 
@@ -30,16 +31,67 @@ def model_names(config) -> list[str]:
     return ["default"] + (["critic"] if config.critic is not None else [])
 
 
+# ioctl(FICLONE): the destination shares the source's blocks until either is
+# written (copy-on-write), on XFS, btrfs, bcachefs, OCFS2...
+FICLONE = 0x40049409
+
+
+class _TreeCopy:
+    """``shutil.copytree``'s copy function: a reflink where the filesystem
+    allows it, else a copy; counts which.
+
+    Hard links are never used: AReaL rewrites its recover checkpoint in place
+    (the same file names opened for writing), which would change a hard-linked
+    kept copy too; a reflink is a separate file.
+    """
+
+    def __init__(self):
+        self.reflinked = 0
+        self.copied = 0
+        self.bytes = 0
+        self._reflinks = True
+
+    def __call__(self, src: str, dst: str) -> str:
+        self.bytes += os.path.getsize(src)
+        if self._reflinks and _reflink(src, dst):
+            self.reflinked += 1
+            shutil.copystat(src, dst)
+            return dst
+        # One refusal says it for the whole filesystem.
+        self._reflinks = False
+        self.copied += 1
+        return shutil.copy2(src, dst)
+
+    def tree(self, src: str, dst: str) -> None:
+        shutil.copytree(src, dst, copy_function=self)
+
+    def describe(self) -> str:
+        size = f"{self.bytes / 2**20:.1f} MiB"
+        if self.copied == 0 and self.reflinked:
+            return f"{size} reflinked (copy-on-write: no second copy on disk)"
+        return f"{size} copied (this filesystem has no reflinks: a full copy)"
+
+
+def _reflink(src: str, dst: str) -> bool:
+    try:
+        with open(src, "rb") as s, open(dst, "wb") as d:
+            fcntl.ioctl(d.fileno(), FICLONE, s.fileno())
+        return True
+    except OSError:
+        return False
+
+
 def keep(config, recording: str, step: int, names: list[str]) -> str:
     """Copy the recover checkpoint just saved for ``step`` into the recording."""
     info, ckpts = recover_paths(config, config.trial_name, names)
     dst = os.path.join(recording, KEPT, step_dirname(step))
     tmp = dst + ".partial"
     shutil.rmtree(tmp, ignore_errors=True)
+    copy = _TreeCopy()
     try:
-        shutil.copytree(info, os.path.join(tmp, _INFO))
+        copy.tree(info, os.path.join(tmp, _INFO))
         for name, path in ckpts.items():
-            shutil.copytree(path, os.path.join(tmp, _CHECKPOINTS, name))
+            copy.tree(path, os.path.join(tmp, _CHECKPOINTS, name))
     except BaseException:
         # A copy that failed (disk full) must not keep the space it took.
         shutil.rmtree(tmp, ignore_errors=True)
@@ -47,7 +99,9 @@ def keep(config, recording: str, step: int, names: list[str]) -> str:
     shutil.rmtree(dst, ignore_errors=True)
     # The rename makes a kept checkpoint all or nothing.
     os.replace(tmp, dst)
-    logger.info(f"Kept the recover checkpoint of step {step} in {dst}")
+    logger.info(
+        f"Kept the recover checkpoint of step {step} in {dst}: {copy.describe()}"
+    )
     return dst
 
 
@@ -69,11 +123,12 @@ def install(
     this replay's trial, pointing the dataloader position at the next step."""
     src = os.path.join(recording, KEPT, step_dirname(step))
     info, ckpts = recover_paths(config, config.trial_name, names)
+    copy = _TreeCopy()
     shutil.rmtree(info, ignore_errors=True)
-    shutil.copytree(os.path.join(src, _INFO), info)
+    copy.tree(os.path.join(src, _INFO), info)
     for name, path in ckpts.items():
         shutil.rmtree(path, ignore_errors=True)
-        shutil.copytree(os.path.join(src, _CHECKPOINTS, name), path)
+        copy.tree(os.path.join(src, _CHECKPOINTS, name), path)
     # The dump run saved its real dataloader's state; the replay's dataloader
     # is a ReplayDataLoader whose whole state is the next step to yield.
     write_dataloader_state(info, {"next_step": step + 1}, world_size)

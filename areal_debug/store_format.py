@@ -18,11 +18,13 @@ the bytes on disk.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import tempfile
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, BinaryIO
 
 import torch
 import zstandard
@@ -103,11 +105,80 @@ def sha256_bytes(data: bytes | memoryview) -> str:
 
 
 def encode_payload(raw: bytes | memoryview, codec: str, level: int) -> bytes:
-    """The bytes to store for a ``torch.save`` output ``raw``."""
+    """The bytes to store for a ``torch.save`` output ``raw``, in one go."""
     if codec == "none":
         return raw
-    # One frame with its content size, so a reader can bound the output.
     return zstandard.ZstdCompressor(level=level, write_content_size=True).compress(raw)
+
+
+class PayloadSink:
+    """A file-like target for ``torch.save`` that encodes as it goes.
+
+    ``torch.save`` writes its records straight into the codec and the file, so
+    no whole uncompressed copy of the payload is ever built in memory (fresh
+    memory costs a page fault per 4 KiB) and the compressor, the hash and the
+    file write all run with the GIL released. The frame then does not carry
+    its content size: the metadata's ``raw_bytes`` bounds the reader instead.
+    """
+
+    def __init__(self, file: BinaryIO, codec: str, level: int):
+        self.file = file
+        self.codec = codec
+        self.raw_bytes = 0
+        self.bytes = 0
+        self._sha = hashlib.sha256()
+        self._pending = bytearray()
+        self._encoder = (
+            zstandard.ZstdCompressor(level=level).compressobj()
+            if codec == "zstd"
+            else None
+        )
+
+    # torch.save writes thousands of small records (headers, pickle pieces):
+    # gathered up to this size, each costs one encoder call, not one each.
+    CHUNK = 1 << 20
+
+    def write(self, data) -> int:
+        n = len(data)
+        self.raw_bytes += n
+        if n >= self.CHUNK:
+            self._encode_pending()
+            self._encode(data)
+        else:
+            self._pending += data
+            if len(self._pending) >= self.CHUNK:
+                self._encode_pending()
+        return n
+
+    def flush(self) -> None:
+        """torch.save flushes at its end: nothing to do before finish()."""
+
+    def finish(self) -> dict[str, Any]:
+        """End the frame; the metadata a reader needs (codec, sizes, sha256)."""
+        self._encode_pending()
+        if self._encoder is not None:
+            self._store(self._encoder.flush())
+        return {
+            "codec": self.codec,
+            "bytes": self.bytes,
+            "raw_bytes": self.raw_bytes,
+            # Over the bytes on disk: a damaged file is caught before decoding it.
+            "sha256": self._sha.hexdigest(),
+        }
+
+    def _encode_pending(self) -> None:
+        if self._pending:
+            self._encode(self._pending)
+            self._pending = bytearray()
+
+    def _encode(self, data) -> None:
+        self._store(self._encoder.compress(data) if self._encoder else data)
+
+    def _store(self, data) -> None:
+        if data:
+            self._sha.update(data)
+            self.file.write(data)
+            self.bytes += len(data)
 
 
 def decode_payload(data: bytes, codec: str, raw_bytes: int | None, name: str) -> bytes:
@@ -125,19 +196,33 @@ def decode_payload(data: bytes, codec: str, raw_bytes: int | None, name: str) ->
             f"The metadata of {name} has no valid raw_bytes ({raw_bytes!r}); it is "
             "needed to decompress safely. Restore the metadata file or re-record."
         )
+    declared = None
     try:
         # Checked before any memory is taken: a frame cannot inflate beyond what
-        # the metadata promised.
+        # the metadata promised. Streamed frames (PayloadSink) declare no size (-1);
+        # max_output_size then bounds the output.
         declared = zstandard.frame_content_size(data)
-        if declared != raw_bytes:
+        if declared not in (raw_bytes, -1):
             raise RecordingError(
                 f"{name} declares {declared} uncompressed bytes, its metadata says "
                 f"{raw_bytes}. Restore the file and its metadata, or re-record."
             )
         raw = zstandard.ZstdDecompressor().decompress(data, max_output_size=raw_bytes)
     except zstandard.ZstdError as e:
+        if declared == -1 and "did not decompress full frame" in str(e):
+            raise RecordingError(
+                f"{name} inflates beyond the {raw_bytes} bytes its metadata says; "
+                "decompression stopped there. Restore the file and its metadata, "
+                "or re-record."
+            ) from e
         raise RecordingError(
-            f"Cannot decompress {name}: {e}. The file is damaged; restore it or "
+            f"Cannot decompress {name}: {e!r}. The file is damaged; restore it or "
+            "re-record the step."
+        ) from e
+    except MemoryError as e:
+        raise RecordingError(
+            f"Cannot decompress {name}: its metadata says {raw_bytes} uncompressed "
+            "bytes, more than this machine can hold. Restore the metadata file or "
             "re-record the step."
         ) from e
     if len(raw) != raw_bytes:
@@ -148,8 +233,10 @@ def decode_payload(data: bytes, codec: str, raw_bytes: int | None, name: str) ->
     return raw
 
 
-def atomic_write_bytes(path: str, data: bytes | memoryview) -> None:
-    """Write to a temporary name in the same directory, fsync, then rename.
+@contextlib.contextmanager
+def atomic_file(path: str) -> Iterator[BinaryIO]:
+    """A file to write ``path`` through: a temporary name in the same directory,
+    fsynced and renamed into place when the block ends without an error.
 
     A reader sees either no file or the whole file, never a half-written one,
     even if the process dies mid-write.
@@ -159,7 +246,7 @@ def atomic_write_bytes(path: str, data: bytes | memoryview) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -168,6 +255,12 @@ def atomic_write_bytes(path: str, data: bytes | memoryview) -> None:
             os.unlink(tmp)
         raise
     _fsync_dir(directory)
+
+
+def atomic_write_bytes(path: str, data: bytes | memoryview) -> None:
+    """Write ``data`` to ``path`` atomically (see ``atomic_file``)."""
+    with atomic_file(path) as f:
+        f.write(data)
 
 
 def _fsync_dir(directory: str) -> None:
@@ -236,11 +329,16 @@ def check_storable(value: Any, where: str) -> None:
 
 
 def describe_batch(batch: list[dict[str, Any]]) -> dict[str, Any]:
-    """Counts, keys and dtypes of one shard, for its metadata file."""
+    """Counts, keys and dtypes of one shard, for its metadata file.
+
+    One concatenation per quantity, not a small op per trajectory: this runs on
+    the writer thread, beside training, for hundreds of trajectories a step.
+    """
     keys: dict[str, str] = {}
-    n_seqs = 0
-    n_tokens = 0
+    masks: list[torch.Tensor] = []
     versions: list[torch.Tensor] = []
+    loss_masks: list[torch.Tensor] = []
+    unmasked: list[torch.Tensor] = []
     for traj in batch:
         for k, v in traj.items():
             if isinstance(v, torch.Tensor):
@@ -249,27 +347,31 @@ def describe_batch(batch: list[dict[str, Any]]) -> dict[str, Any]:
                 keys.setdefault(k, type(v).__name__)
         mask = traj.get("attention_mask")
         if isinstance(mask, torch.Tensor):
-            n_seqs += int(mask.shape[0]) if mask.dim() > 1 else 1
-            n_tokens += int(mask.sum().item())
+            masks.append(mask)
         v = traj.get("versions")
         if isinstance(v, torch.Tensor):
             # Only generated tokens carry a policy version: prompts hold -1 and
             # right-padding holds the pad value, so select by loss_mask.
             lm = traj.get("loss_mask")
             if isinstance(lm, torch.Tensor) and lm.shape == v.shape:
-                v = v[lm.bool()]
+                versions.append(v.reshape(-1))
+                loss_masks.append(lm.reshape(-1))
             else:
-                v = v[v >= 0]
-            if v.numel():
-                versions.append(v)
+                unmasked.append(v[v >= 0])
     out: dict[str, Any] = {
         "num_trajectories": len(batch),
-        "num_sequences": n_seqs,
-        "num_tokens": n_tokens,
+        "num_sequences": sum(int(m.shape[0]) if m.dim() > 1 else 1 for m in masks),
+        "num_tokens": int(torch.cat([m.reshape(-1) for m in masks]).count_nonzero())
+        if masks
+        else 0,
         "keys": dict(sorted(keys.items())),
         "policy_version": None,
     }
+    generated = []
     if versions:
-        allv = torch.cat([v.flatten() for v in versions])
+        generated.append(torch.cat(versions)[torch.cat(loss_masks).bool()])
+    generated += [v.reshape(-1) for v in unmasked]
+    allv = torch.cat(generated) if generated else None
+    if allv is not None and allv.numel():
         out["policy_version"] = [int(allv.min()), int(allv.max())]
     return out

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from areal_debug.manifest import Manifest
+from areal_debug.packed_payload import is_packed, unpack
 from areal_debug.store_format import (
     MANIFEST,
     RNG,
@@ -92,6 +93,10 @@ class RecordingReader:
     def available_steps(self) -> list[int]:
         """Complete steps, i.e. those whose step.json exists."""
         return list(complete_step_dirs(self.path))
+
+    def has_step(self, step: int) -> bool:
+        """Whether ``step`` is complete (one stat, no directory scan)."""
+        return os.path.exists(os.path.join(self.path, step_dirname(step), STEP_META))
 
     def incomplete_steps(self) -> list[int]:
         """Step directories without step.json: a head did not finish writing."""
@@ -265,7 +270,7 @@ def reshard(
 def load_payload_bytes(data: bytes, name: str) -> list[dict[str, Any]]:
     """Load a payload with ``weights_only=True``: no code from the file ever runs."""
     try:
-        return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+        obj = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as e:
         raise RecordingError(
             f"Refused to load {name}: it contains objects other than tensors and "
@@ -275,3 +280,12 @@ def load_payload_bytes(data: bytes, name: str) -> list[dict[str, Any]]:
         ) from e
     except Exception as e:  # noqa: BLE001 - any other failure means a broken file
         raise RecordingError(f"Cannot load payload {name}: {e!r}") from e
+    if not is_packed(obj):
+        return obj  # format v1, or v2 before packing
+    try:
+        return unpack(obj)
+    except Exception as e:  # noqa: BLE001 - a malformed table or template
+        raise RecordingError(
+            f"Cannot unpack payload {name}: {e}. The file was not written by "
+            "areal-debug or was altered; restore it or re-record the step."
+        ) from e

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import atexit
 import datetime
-import io
 import os
 import queue
 import shutil
@@ -21,6 +20,14 @@ from areal.utils import logging
 from areal_debug import retention
 from areal_debug.checkpoints import KEPT, kept_steps
 from areal_debug.manifest import Manifest
+from areal_debug.packed_payload import is_packed, pack, unpack
+from areal_debug.snapshot import (
+    ChangedInPlace,
+    PendingCopy,
+    Snapshotter,
+    snapshot_batch,
+    snapshot_value,
+)
 from areal_debug.store_format import (
     ANOMALY,
     FORMAT_VERSION,
@@ -29,16 +36,14 @@ from areal_debug.store_format import (
     STATS,
     STEP_META,
     TEACHER_LOGP_META,
+    PayloadSink,
     RecordingError,
-    atomic_write_bytes,
+    atomic_file,
     atomic_write_json,
-    check_storable,
     complete_step_dirs,
     describe_batch,
-    encode_payload,
     list_step_dirs,
     read_json,
-    sha256_bytes,
     shard_meta_name,
     shard_payload_name,
     step_dirname,
@@ -49,63 +54,16 @@ from areal_debug.store_format import (
 logger = logging.getLogger("DebugDump")
 
 
-def _path(parts: tuple) -> str:
-    return "trajectory" + "".join(f"[{p!r}]" for p in parts)
-
-
-def snapshot_value(value: Any, clone: bool, parts: tuple = ()) -> Any:
-    """Copy containers (and tensors when ``clone``) so later changes cannot reach the copy."""
-    if isinstance(value, torch.Tensor):
-        value = value.detach()
-        if value.device.type != "cpu":
-            return value.to("cpu")  # already a copy
-        return value.clone() if clone else value
-    if isinstance(value, dict):
-        return {k: snapshot_value(v, clone, (*parts, k)) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        items = [snapshot_value(v, clone, (*parts, i)) for i, v in enumerate(value)]
-        return items if isinstance(value, list) else tuple(items)
-    check_storable(value, _path(parts))
-    return value
-
-
-def snapshot_batch(
-    batch: list[dict[str, Any]], clone_tensors: bool = True
-) -> list[dict[str, Any]]:
-    """Copy a rollout batch (list of trajectory dicts) for the background writer.
-
-    The trainer adds keys (prox_logp, ref_logp, values...) to the dicts it is
-    given and may change tensors in place, so the recording must not alias
-    them. ``clone_tensors=False`` is for when the trainer never sees these
-    host tensors: AReaL copies the batch to the accelerator first
-    (``tensor_container_to``), so only the containers need copying.
-    """
-    if not isinstance(batch, list):
-        raise TypeError(
-            f"The rollout engine returned a {type(batch).__name__}; areal-debug "
-            "records the list of trajectory dicts that prepare_batch returns."
-        )
-    return [snapshot_value(traj, clone_tensors, (i,)) for i, traj in enumerate(batch)]
-
-
 def save_payload(
     path: str, obj: Any, codec: str = "none", level: int = 1
 ) -> dict[str, Any]:
-    """torch.save ``obj``, encode it with ``codec`` and write it to ``path``
-    atomically; return the metadata a reader needs (file, codec, sizes, sha256)."""
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    raw = buf.getbuffer()
-    data = encode_payload(raw, codec, level)
-    atomic_write_bytes(path, data)
-    return {
-        "file": os.path.basename(path),
-        "codec": codec,
-        "bytes": len(data),
-        "raw_bytes": len(raw),
-        # Over the bytes on disk: a damaged file is caught before decoding it.
-        "sha256": sha256_bytes(data),
-    }
+    """torch.save ``obj`` through ``codec`` into ``path`` atomically; return the
+    metadata a reader needs (file, codec, sizes, sha256)."""
+    with atomic_file(path) as f:
+        sink = PayloadSink(f, codec, level)
+        torch.save(obj, sink)
+        stored = sink.finish()
+    return {"file": os.path.basename(path), **stored}
 
 
 def epoch_of(global_step: int, steps_per_epoch: int) -> tuple[int, int]:
@@ -155,6 +113,7 @@ class RecordingWriter:
         self.num_shards = num_shards
         self.steps_per_epoch = steps_per_epoch
         self.clone_tensors = clone_tensors
+        self._snapshots = Snapshotter(clone_tensors)
         self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
         self._error: BaseException | None = None
         self._rng_sha256: dict[int, str] = {}
@@ -172,7 +131,7 @@ class RecordingWriter:
         """Queue a step's batch. A ``Future`` of one (fetched on another thread,
         into fresh tensors) is awaited on the writer thread."""
         if not isinstance(batch, Future):
-            batch = snapshot_batch(batch, self.clone_tensors)
+            batch = self._snapshots.take(batch)
         self._put(("batch", global_step, batch))
 
     def submit_teacher_logp(
@@ -218,6 +177,7 @@ class RecordingWriter:
         self._closed = True
         self._queue.put(None)
         self._thread.join()
+        self._snapshots.close()
         _live_writers.discard(self)
         self._raise_if_failed()
 
@@ -258,9 +218,7 @@ class RecordingWriter:
                 if self._error is None:
                     kind, step, payload = job
                     if kind == "batch":
-                        if isinstance(payload, Future):
-                            payload = snapshot_batch(payload.result(), False)
-                        self._write_shard(step, payload)
+                        self._write_batch(step, payload)
                     elif kind == "teacher":
                         if isinstance(payload, Future):
                             payload = snapshot_value(
@@ -315,12 +273,41 @@ class RecordingWriter:
     def _step_dir(self, step: int) -> str:
         return os.path.join(self.path, step_dirname(step))
 
-    def _write_shard(self, step: int, batch: list[dict[str, Any]]) -> None:
+    def _write_batch(self, step: int, payload) -> None:
+        pending = payload if isinstance(payload, PendingCopy) else None
+        try:
+            if pending is not None:
+                payload = pending.copied.result()
+            elif isinstance(payload, Future):
+                payload = snapshot_batch(payload.result(), False)
+            self._write_shard(step, payload, pending)
+        except ChangedInPlace as e:
+            self._snapshots.copy_on_training_thread()
+            logger.warning(
+                f"areal-debug did not record step {step} (shard {self.shard}): {e}. "
+                "Its copy may not be what the inference side produced, so the "
+                "step stays incomplete. From now on each batch is copied on the "
+                "training thread before training uses it (exact, a little slower)."
+            )
+
+    def _write_shard(
+        self, step: int, batch: list[dict[str, Any]], pending: PendingCopy | None
+    ) -> None:
         step_dir = self._step_dir(step)
         name = shard_payload_name(self.shard, self.codec)
-        stored = save_payload(
-            os.path.join(step_dir, name), batch, self.codec, self.level
-        )
+        path = os.path.join(step_dir, name)
+        if is_packed(batch):
+            packed, batch = batch, unpack(batch, copy=False)
+        else:
+            packed = pack(batch)
+        stored = save_payload(path, packed, self.codec, self.level)
+        if pending is not None:
+            try:
+                # An in-place change still running during the copy shows now.
+                pending.confirm()
+            except ChangedInPlace:
+                os.unlink(path)
+                raise
         meta = {"shard": self.shard, **stored, **describe_batch(batch)}
         atomic_write_json(os.path.join(step_dir, shard_meta_name(self.shard)), meta)
         logger.info(
@@ -335,7 +322,7 @@ class RecordingWriter:
         step_dir = self._step_dir(step)
         path = os.path.join(step_dir, teacher_payload_name(self.codec))
         meta = {
-            **save_payload(path, logps, self.codec, self.level),
+            **save_payload(path, pack(logps), self.codec, self.level),
             "num_trajectories": len(logps),
         }
         atomic_write_json(os.path.join(step_dir, TEACHER_LOGP_META), meta)

@@ -25,17 +25,13 @@ import torch
 import zstandard
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from figures import figure  # noqa: E402
 from rlvr_batch import padded_rlvr_batch  # noqa: E402
 
 from areal_debug.store_reader import RecordingReader  # noqa: E402
 from areal_debug.store_writer import RecordingWriter, write_manifest  # noqa: E402
 
 LEVELS = (1, 3, 6, 10)
-
-
-def figure(name: str, value: float, op: str, target: float) -> str:
-    ok = value <= target if op == "<=" else value >= target
-    return f"{name}: {value:.4g} (target {op} {target}) {'ok' if ok else 'MISS'}"
 
 
 def stored(batch, root: str, codec: str, level: int) -> tuple[int, bool]:

@@ -1,30 +1,45 @@
 # SPDX-License-Identifier: Apache-2.0
-"""How long does dumping block the training thread?
+"""What does recording cost the training side? Three figures, measured in one run.
 
-Builds a realistic RLVR rollout batch (default 128 prompts x 4 samples = 512
-sequences of 2048 tokens) and prints, over several steps, the median time the
-training thread spends in RecordingWriter.submit_batch (snapshot + enqueue;
-serialisation and I/O run on the writer thread) next to the median time of a
-plain synchronous torch.save of the same batch, and their ratio, for the two
-cases DebugPPOTrainer distinguishes:
+On a realistic RLVR rollout batch (default 128 prompts x 4 samples = 512 sequences
+of 2048 tokens, ~17 MiB), through the real RecordingWriter:
 
-- accelerator training: AReaL copies the batch to the device before using it,
-  so the host tensors are recorded without a copy (containers are copied);
-- CPU training: the trainer uses the very tensors the engine returned, so the
-  snapshot clones every tensor.
+- ``dump_blocking_vs_sync_save[PATH]``: the median time the training thread spends
+  in ``submit_batch`` per step, over a synchronous ``torch.save`` of the same batch,
+  for the two cases the dump distinguishes: ``accelerator`` (AReaL trains on device
+  copies; containers are copied) and ``cpu`` (the trainer uses the engine's own
+  tensors; they are copied on a copier thread, checked by version counters);
+- ``background_write_throughput_vs_raw_disk``: uncompressed bytes per second the
+  writer stores (serialise, compress, hash, write, fsync), over the raw
+  write+fsync speed of the same disk for the same bytes, measured here;
+- ``python_loop_slowdown_while_writing[PATH]``: how much slower a Python-heavy
+  stand-in for the training loop runs while the writer is busy (the writer must
+  not starve the training thread of the GIL).
+
+Figures: ``NAME: VALUE (target OP VALUE) ok|MISS``; ``#`` lines are context.
 
     .venv/bin/python benchmarks/dump_overhead.py [--prompts 128] [--group 4] [--seqlen 2048]
 """
 
+from __future__ import annotations
+
 import argparse
+import io
+import logging
 import os
 import statistics
+import sys
 import tempfile
 import time
 
 import torch
 
-from areal_debug.store_writer import RecordingWriter, write_manifest
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from figures import figure  # noqa: E402
+
+from areal_debug.store_writer import RecordingWriter, write_manifest  # noqa: E402
+
+PATHS = (("accelerator", False), ("cpu", True))
 
 
 def rlvr_batch(prompts: int, group: int, seqlen: int, seed: int = 0) -> list[dict]:
@@ -51,58 +66,47 @@ def rlvr_batch(prompts: int, group: int, seqlen: int, seed: int = 0) -> list[dic
     return batch
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
-    ap.add_argument("--prompts", type=int, default=128)
-    ap.add_argument("--group", type=int, default=4)
-    ap.add_argument("--seqlen", type=int, default=2048)
-    ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
-    args = ap.parse_args()
-
-    batch = rlvr_batch(args.prompts, args.group, args.seqlen)
-    nbytes = sum(v.numel() * v.element_size() for t in batch for v in t.values())
-    with tempfile.TemporaryDirectory(dir=args.dir) as root:
-        sync_times = []
-        for i in range(args.steps):
-            t0 = time.perf_counter()
-            torch.save(batch, os.path.join(root, f"sync-{i}.pt"))
-            sync_times.append(time.perf_counter() - t0)
-
-        results = {}
-        for case, clone in (("accelerator", False), ("cpu", True)):
-            results[case] = time_dump(
-                os.path.join(root, case), batch, args.steps, clone
-            )
-
-    sync = statistics.median(sync_times)
-    print(
-        f"batch: {args.prompts * args.group} sequences x {args.seqlen} tokens, "
-        f"{nbytes / 2**20:.1f} MiB of tensors, median of {args.steps} steps"
-    )
-    print(f"synchronous torch.save:                       {sync * 1e3:8.1f} ms")
-    for case, (block, write) in results.items():
-        print(
-            f"[{case:<11}] training thread blocked by dump: {block * 1e3:8.2f} ms"
-            f"   ratio {block / sync:.3f}   (background write {write * 1e3:.1f} ms)"
-        )
-    print("target: ratio <= 0.10")
-
-
-def time_dump(path: str, batch, steps: int, clone: bool) -> tuple[float, float]:
+def new_writer(path: str, steps: int, clone: bool) -> RecordingWriter:
     write_manifest(
         path,
         {
-            "format_version": 1,
+            "format_version": 2,
             "created": "bench",
             "experiment_name": "b",
             "trial_name": "b",
             "layout": {"num_shards": 1, "steps_per_epoch": steps},
         },
     )
-    writer = RecordingWriter(
+    return RecordingWriter(
         path, shard=0, num_shards=1, steps_per_epoch=steps, clone_tensors=clone
     )
+
+
+def sync_save_seconds(root: str, batch, steps: int) -> float:
+    times = []
+    for i in range(steps):
+        t0 = time.perf_counter()
+        torch.save(batch, os.path.join(root, f"sync-{i}.pt"))
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def raw_disk_seconds(root: str, data: bytes, steps: int) -> float:
+    """Write+fsync of ``data`` to a new file: what the disk itself does."""
+    times = []
+    for i in range(steps):
+        t0 = time.perf_counter()
+        with open(os.path.join(root, f"raw-{i}.bin"), "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def time_dump(path: str, batch, steps: int, clone: bool) -> tuple[float, float]:
+    """Median (blocked on the training thread, background write) per step."""
+    writer = new_writer(path, steps, clone)
     blocked, write_times = [], []
     for i in range(steps):
         t0 = time.perf_counter()
@@ -115,5 +119,86 @@ def time_dump(path: str, batch, steps: int, clone: bool) -> tuple[float, float]:
     return statistics.median(blocked), statistics.median(write_times)
 
 
+def python_chunk(n: int = 2000) -> float:
+    """Pure-Python work (dicts, ints, attribute look-ups): holds the GIL throughout."""
+    t0 = time.perf_counter()
+    acc: dict[int, int] = {}
+    for i in range(n):
+        acc[i % 97] = acc.get(i % 97, 0) + (i * i) % 7
+    return time.perf_counter() - t0
+
+
+def loop_slowdown(path: str, batch, steps: int, clone: bool) -> tuple[float, float]:
+    """Mean Python chunk time while the writer is busy over the mean alone, minus
+    1; and the writer's time per step beside that loop (the other side of the GIL)."""
+    alone = [python_chunk() for _ in range(600)]
+    writer = new_writer(path, steps, clone)
+    busy: list[float] = []
+    t0 = time.perf_counter()
+    for i in range(steps):
+        writer.submit_batch(i, batch)
+        # unfinished_tasks: jobs queued or being written (Queue's own counter).
+        while writer._queue.unfinished_tasks:
+            busy.append(python_chunk())
+    per_step = (time.perf_counter() - t0) / steps
+    writer.close()
+    alone += [python_chunk() for _ in range(600)]
+    return statistics.fmean(busy) / statistics.fmean(alone) - 1.0, per_step
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--prompts", type=int, default=128)
+    ap.add_argument("--group", type=int, default=4)
+    ap.add_argument("--seqlen", type=int, default=2048)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
+    args = ap.parse_args(argv)
+    logging.getLogger("DebugDump").setLevel(logging.WARNING)
+
+    batch = rlvr_batch(args.prompts, args.group, args.seqlen)
+    buf = io.BytesIO()
+    torch.save(batch, buf)
+    raw = buf.getvalue()
+    with tempfile.TemporaryDirectory(dir=args.dir) as root:
+        sync = sync_save_seconds(root, batch, args.steps)
+        disk = raw_disk_seconds(root, raw, args.steps)
+        dumps = {
+            name: time_dump(os.path.join(root, name), batch, args.steps, clone)
+            for name, clone in PATHS
+        }
+        slowdowns = {
+            name: loop_slowdown(os.path.join(root, f"gil-{name}"), batch, 4, clone)
+            for name, clone in PATHS
+        }
+    print(
+        f"# batch: {args.prompts * args.group} sequences x {args.seqlen} tokens, "
+        f"{len(raw) / 2**20:.1f} MiB torch.save, median of {args.steps} steps; "
+        f"synchronous torch.save {sync * 1e3:.1f} ms, raw write+fsync "
+        f"{disk * 1e3:.1f} ms ({len(raw) / disk / 2**20:.0f} MiB/s)"
+    )
+    for name, (block, write) in dumps.items():
+        print(
+            f"# [{name}] training thread blocked {block * 1e3:.2f} ms, background "
+            f"write {write * 1e3:.1f} ms ({len(raw) / write / 2**20:.0f} MiB/s)"
+        )
+    for name, (block, _) in dumps.items():
+        print(figure(f"dump_blocking_vs_sync_save[{name}]", block / sync, "<=", 0.05))
+    # The slower of the two paths' writes (the cpu one also copies).
+    write = max(w for _, w in dumps.values())
+    print(figure("background_write_throughput_vs_raw_disk", disk / write, ">=", 1.0))
+    for name, (slowdown, per_step) in slowdowns.items():
+        print(
+            f"# [{name}] beside the Python loop the writer took {per_step * 1e3:.0f} ms "
+            f"per step ({dumps[name][1] * 1e3:.0f} ms alone): a thread that needs the "
+            "GIL thousands of times a step waits up to sys.getswitchinterval() "
+            f"({sys.getswitchinterval() * 1e3:.0f} ms) each time"
+        )
+        print(
+            figure(f"python_loop_slowdown_while_writing[{name}]", slowdown, "<=", 0.03)
+        )
+    return 0
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

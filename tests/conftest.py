@@ -36,3 +36,26 @@ from support.recordings import (  # noqa: E402, F401
     spmd_d2,
 )
 from support.scripts import gsm8k_workdir  # noqa: E402, F401
+
+# `make test` runs on two pytest-xdist workers (-n 2 --dist loadgroup): most of a
+# test's time is one process starting up or waiting, so two at once use the two
+# cores. Each worker has its own session fixtures, so the tests of one recording
+# share a worker (it is recorded once), and each module stays on one worker (its
+# module-scoped runs, e.g. a dump, happen once).
+RECORDING_GROUPS = {
+    "spmd_d1": "spmd",
+    "spmd_d2": "spmd",
+    "spmd_d1_replay": "spmd",
+    "sc_d2": "single-controller",
+    "cpu_server": "single-controller",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        groups = {
+            RECORDING_GROUPS[f] for f in item.fixturenames if f in RECORDING_GROUPS
+        }
+        # A test reading both kinds goes with the SPMD ones (the costlier pair).
+        group = "spmd" if "spmd" in groups else next(iter(groups), item.module.__name__)
+        item.add_marker(pytest.mark.xdist_group(group))

@@ -26,10 +26,11 @@ def server_processes(workdir) -> list[str]:
 
 @pytest.mark.parametrize(
     "nproc,extra",
-    # SPMD at one process is the same code as at two (the demo's --nproc only sets
-    # torchrun's count); tests/test_areal_spmd.py covers one process.
-    [(2, []), (1, ["--single-controller"])],
-    ids=["spmd-2", "single-controller-1"],
+    # `make demo` as shipped (SPMD, one process). Two processes are the same demo
+    # code (--nproc only sets torchrun's count) and are covered against the fake
+    # engine by tests/test_areal_spmd.py and tests/test_launcher.py.
+    [(1, []), (1, ["--single-controller"])],
+    ids=["spmd-1", "single-controller-1"],
 )
 def test_demo_records_and_replays_bit_for_bit(tmp_path, nproc, extra):
     wd = tmp_path / "demo"
@@ -65,9 +66,14 @@ def test_demo_records_and_replays_bit_for_bit(tmp_path, nproc, extra):
     assert "Loaded weights from" in server_log
     dump_log = (wd / "dump.log").read_text()
     assert "RemoteInfEngine" in dump_log
-    # run_replay.sh replays again, passing its arguments on as overrides. No
-    # fixed port: its launcher (SPMD) or the controller's scheduler picks free
-    # ones. Run from another directory: the script holds only absolute paths.
+    if extra:
+        # Single-controller runs start RPC workers; none may outlive the demo.
+        assert rpc_workers(wd) == []
+        return
+    # run_replay.sh replays again, passing its arguments on as overrides (in one
+    # mode: the script differs between the modes only in its command, see
+    # test_the_replay_script_runs_the_demos_mode). No fixed port: its launcher
+    # picks free ones. Run from another directory: it holds only absolute paths.
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     rerun = subprocess.run(
@@ -81,5 +87,19 @@ def test_demo_records_and_replays_bit_for_bit(tmp_path, nproc, extra):
     (report,) = (wd / "root" / "logs").rglob("again/replay_report.json")
     summary = json.loads(report.read_text())["summary"]
     assert summary["all_identical"] is True and summary["steps"] == STEPS
-    # Single-controller runs start RPC workers; none may outlive the demo.
-    assert rpc_workers(wd) == []
+
+
+@pytest.mark.parametrize("sc", [False, True], ids=["spmd", "single-controller"])
+def test_the_replay_script_runs_the_demos_mode(tmp_path, sc):
+    from areal_debug.tooling.demo import write_replay_script
+
+    script = write_replay_script(tmp_path, 1, STEPS, sc).read_text()
+    (command,) = [line for line in script.splitlines() if line.startswith("exec ")]
+    assert command.endswith(' "$@"') and f"AREAL_DEBUG_WORKDIR={tmp_path}" in command
+    assert "debug.replay_rollout_data=true" in command
+    if sc:
+        # A leftover AREAL_SPMD_MODE=1 in the user's shell would switch modes.
+        assert "-u AREAL_SPMD_MODE" in command and "launcher" not in command
+        assert "tiny_cpu_sc.yaml" in command
+    else:
+        assert "areal_debug.launcher.local" in command

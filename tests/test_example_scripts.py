@@ -34,13 +34,15 @@ class Example:
 
 
 EXAMPLES = {
-    # GRPO with a teacher served as an inference engine (distillation).
-    "grpo-teacher": Example("gsm8k_distill_cpu.yaml", "gsm8k-distill", teacher=True),
-    # Critic values and reference log-probs are computed on the training side.
-    "ppo-critic-ref": Example(
-        "gsm8k_ppo_cpu.yaml",
-        "gsm8k-ppo",
+    # One run for three kinds of model beside the actor: critic values and
+    # reference log-probs computed on the training side (replayed by computing
+    # them again), and a teacher served as an inference engine (distillation;
+    # replayed from its recorded log-probs).
+    "critic-ref-teacher": Example(
+        "gsm8k_distill_cpu.yaml",
+        "gsm8k-distill",
         ("timeperf/critic_values", "timeperf/critic_train_step", "timeperf/ref_logp"),
+        teacher=True,
     ),
 }
 

@@ -141,7 +141,7 @@ def started_commands(log: str) -> list[str]:
 
 
 @pytest.mark.areal
-@pytest.mark.parametrize("alloc", ["sglang:d1+fsdp:d2", "d2p1t1"])
+@pytest.mark.parametrize("alloc", ["sglang:d1+fsdp:d2"])
 def test_replay_through_the_launcher_starts_only_the_trainer(spmd_d2, alloc):
     workdir, dump = spmd_d2.workdir, spmd_d2.run
     trial = "r" + alloc.replace(":", "").replace("+", "")
@@ -174,17 +174,16 @@ def test_replay_through_the_launcher_starts_only_the_trainer(spmd_d2, alloc):
             and recorded[step][k] != replayed[step].get(k)
         }
         assert not different, (step, different)
-    if alloc == "d2p1t1":
-        assert "read as the training allocation fsdp:d2p1t1" in run.log
 
 
 @pytest.mark.areal
 def test_failed_replay_exits_nonzero_with_the_missing_range_visible(spmd_d2):
+    # With a bare legacy allocation (no backend): read as the training one.
     run = run_launcher(
         str(spmd_d2.workdir),
         "replay-fail",
         [
-            "allocation_mode=sglang:d1+fsdp:d2",
+            "allocation_mode=d2p1t1",
             "actor.backend=fsdp:d2",
             "total_train_steps=5",
             "debug.replay_rollout_data=true",
@@ -192,6 +191,10 @@ def test_failed_replay_exits_nonzero_with_the_missing_range_visible(spmd_d2):
         ],
     )
     assert run.returncode == 1
+    assert "read as the training allocation fsdp:d2p1t1" in run.log
+    (command,) = started_commands(run.log)
+    assert "--nproc-per-node 2" in command
+    assert "++allocation_mode=fsdp:d2p1t1" in command
     assert "lacks steps 3-4" in run.log and "complete steps: 0-2" in run.log
     assert "Trainer failed (exit status 1" in run.log
 

@@ -127,3 +127,33 @@ def test_replay_skips_evaluation_with_one_log_line():
         replay_module.logger.removeHandler(handler)
     skipped = [r for r in records if "evaluation rollouts skipped" in r.getMessage()]
     assert len(skipped) == 1
+
+
+def test_next_step_is_read_while_the_current_one_trains(reader, monkeypatch):
+    loader = ReplayDataLoader(reader, 0, 1)
+    reads = []
+    load = reader.load_for_head
+    monkeypatch.setattr(
+        reader,
+        "load_for_head",
+        lambda step, *a: (reads.append(step), load(step, *a))[1],
+    )
+    batches = iter(loader)
+    first = next(batches)
+    assert torch.equal(ids(first), traj(0)["input_ids"])
+    loader.prefetch(1).result(timeout=30)  # already under way: not read again
+    assert reads == [0, 1]
+    assert torch.equal(ids(next(batches)), traj(1)["input_ids"])
+    loader.prefetch(2).result(timeout=30)
+    assert reads == [0, 1, 2] and set(loader.waits) == {0, 1}
+    loader.close()
+
+
+def test_prefetch_stops_at_the_last_recorded_step_and_follows_a_restore(tmp_path):
+    record(str(tmp_path), {k: [[traj(k)]] for k in range(2)}, steps_per_epoch=5)
+    loader = ReplayDataLoader(RecordingReader(str(tmp_path)), 0, 1)
+    loader.prefetch(0)
+    loader.load_state_dict({"next_step": 1})
+    assert torch.equal(ids(next(iter(loader))), traj(1)["input_ids"])
+    assert 2 not in loader._prefetched  # step 2 was never recorded: not read
+    loader.close()

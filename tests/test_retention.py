@@ -171,3 +171,80 @@ def test_an_anomaly_pin_outlives_the_ring_buffer(tmp_path):
     fired = json.loads(open(os.path.join(path, step_dirname(3), "anomaly.json")).read())
     assert fired["reasons"] == ["ppo_actor/update/grad_norm is nan"]
     assert fired["pinned"] == [1, 2, 3]
+
+
+def test_kept_checkpoint_files_are_independent_of_the_in_place_rewrite(tmp_path):
+    from areal_debug.checkpoints import _reflink, _TreeCopy
+
+    src = tmp_path / "ckpt"
+    src.mkdir()
+    (src / "model.safetensors").write_bytes(b"step 3 weights" * 1000)
+    copy = _TreeCopy()
+    copy.tree(str(src), str(tmp_path / "kept"))
+    # AReaL's next save opens the same name for writing: the kept file stays.
+    with open(src / "model.safetensors", "r+b") as f:
+        f.write(b"step 4")
+    assert (tmp_path / "kept" / "model.safetensors").read_bytes() == (
+        b"step 3 weights" * 1000
+    )
+    reflinks = _reflink(str(src / "model.safetensors"), str(tmp_path / "probe"))
+    assert (copy.reflinked, copy.copied) == ((1, 0) if reflinks else (0, 1))
+    assert copy.describe().startswith(
+        "0.0 MiB " + ("reflinked" if reflinks else "copied")
+    )
+
+
+@pytest.mark.areal
+def test_a_long_run_keeps_its_budget_and_a_pinned_step_replays_bitwise(
+    tmp_path_factory, tiny_assets
+):
+    """A real dump (AReaL's trainer, fake engine) with a ring buffer of one step
+    and step 2 pinned; then step 2 alone replayed from what retention kept."""
+    from support.harness import recording_dir, replay_report, run_torchrun
+    from support.recordings import _workdir
+
+    from areal_debug.checkpoints import kept_steps
+
+    d = _workdir(tmp_path_factory, tiny_assets, "retention")
+    dump = run_torchrun(
+        str(d),
+        "dump",
+        1,
+        [
+            "total_train_steps=5",
+            "debug.dump_rollout_data=true",
+            "recover.mode=on",
+            "++recover.freq_steps=1",
+            "debug.keep_last_steps=1",
+            "debug.pin_steps=[2]",
+            "debug.pin_on_anomaly=false",
+        ],
+    )
+    assert dump.returncode == 0, dump.log[-3000:]
+    path = recording_dir(str(d))
+    assert RecordingReader(path).available_steps() == [2, 4]
+    kept = kept_steps(path)
+    # Step 2 replays from the checkpoint of step 1; 0 and 2 serve no kept step.
+    assert 1 in kept and 0 not in kept and 2 not in kept
+    assert "Retention: deleted steps [0]" in dump.log
+    assert not [n for n in os.listdir(path) if n.startswith(DELETING_PREFIX)]
+
+    replay = run_torchrun(
+        str(d),
+        "replay",
+        1,
+        [
+            "debug.replay_rollout_data=true",
+            "debug.replay_start_step=2",
+            "total_train_steps=3",
+        ],
+    )
+    assert replay.returncode == 0, replay.log[-3000:]
+    assert "recover checkpoint of step 1 (kept with the recording)" in replay.log
+    report = replay_report(str(d))
+    assert [e["global_step"] for e in report["steps"]] == [2]
+    assert report["summary"]["all_identical"] is True
+    recorded = dump.stats_by_step()[2]["ppo_actor/update/grad_norm"]
+    assert report["steps"][0]["metrics"]["ppo_actor/update/grad_norm"]["replayed"] == (
+        recorded
+    )

@@ -8,6 +8,7 @@ import os
 import pytest
 import torch
 
+from areal_debug.packed_payload import pack
 from areal_debug.store_format import (
     FORMAT_VERSION,
     MANIFEST,
@@ -106,17 +107,17 @@ def test_step_metadata_describes_the_shard(tmp_path):
     assert shard["sha256"] == sha256_bytes(data) and shard["bytes"] == len(data)
 
 
-def test_snapshot_is_not_altered_by_later_in_place_changes(tmp_path):
+def test_snapshot_is_not_altered_by_what_the_trainer_does_next(tmp_path):
     batch = [traj(1)]
     expected = [{k: v.clone() for k, v in batch[0].items()}]
     writer_path = str(tmp_path)
     write_manifest(writer_path, manifest())
     w = RecordingWriter(writer_path, shard=0, num_shards=1, steps_per_epoch=10)
     w.submit_batch(0, batch)
-    # What the trainer does right after prepare_batch returns.
+    # What AReaL's trainer does right after prepare_batch returns: new keys and
+    # entries replaced (compute_advantages); in-place changes: test_snapshot.py.
     batch[0]["prox_logp"] = torch.zeros(2, 5)
-    batch[0]["rewards"].mul_(100)
-    batch[0]["input_ids"].zero_()
+    batch[0]["logprobs"] = torch.zeros(2, 5)
     w.close()
     assert_batches_equal(expected, RecordingReader(writer_path).load_shard(0, 0))
 
@@ -469,7 +470,7 @@ def test_each_codec_round_trips_bitwise(tmp_path, codec):
     # The checksum and size are those of the bytes on disk.
     assert entry["sha256"] == sha256_bytes(on_disk) and entry["bytes"] == len(on_disk)
     buf = io.BytesIO()
-    torch.save(batch, buf)
+    torch.save(pack(batch), buf)  # the payload: its tensors packed per dtype
     assert entry["raw_bytes"] == len(buf.getvalue())
     if codec == "zstd":
         # Padding, and 18-bit token ids in int64, compress (0.24 measured on this
@@ -513,9 +514,9 @@ def _edit_shard_meta(tmp_path, **changes) -> None:
     [
         ({"codec": "lz4"}, "uses codec 'lz4', which this areal-debug does not read"),
         ({"raw_bytes": None}, "has no valid raw_bytes"),
-        # A payload that would inflate beyond what its metadata says is refused
-        # before the memory is taken.
-        ({"raw_bytes": 100}, r"declares \d+ uncompressed bytes, its metadata says 100"),
+        # A payload that would inflate beyond what its metadata says is refused:
+        # it stops at the size the metadata gives.
+        ({"raw_bytes": 100}, "inflates beyond the 100 bytes its metadata says"),
     ],
 )
 def test_codec_metadata_problems_are_named(tmp_path, changes, message):

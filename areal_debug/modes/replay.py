@@ -21,6 +21,9 @@ from areal_debug.step_clock import StepClockError
 from areal_debug.store_format import RecordingError, atomic_write_json
 from areal_debug.store_reader import RecordingReader
 
+# The replay report's per-step timing of what the loop waited for recorded data.
+REPLAY_WAIT = "replay/wait_for_data"
+
 logger = logging.getLogger("DebugReplay")
 
 
@@ -208,9 +211,12 @@ class ReplayMode(ActiveMode):
         recorded = self.reader.recorded_stats(step)
         if recorded is not None:
             recorded = training_stats(recorded)
-        entry = self.comparison.add(
-            step, recorded, training_stats(stats), timing_stats(stats)
-        )
+        timings = timing_stats(stats)
+        loader = self._loader()
+        if loader is not None and step in loader.waits:
+            # What prefetching leaves of reading the recording (step-time units).
+            timings[REPLAY_WAIT] = loader.waits.pop(step)
+        entry = self.comparison.add(step, recorded, training_stats(stats), timings)
         atomic_write_json(self.report_path, self.comparison.report.to_json())
         if entry.status != "diverged":
             return
@@ -238,9 +244,16 @@ class ReplayMode(ActiveMode):
         return None
 
     # -- the run -------------------------------------------------------------------
+    def _loader(self) -> ReplayDataLoader | None:
+        loader = getattr(self.trainer, "train_dataloader", None)
+        return loader if isinstance(loader, ReplayDataLoader) else None
+
     def before_train(self, start: int, workflow, total_epochs):
         self.reader.require_steps(range(start, self._end_step(total_epochs)))
         self._announce_start(start)
+        loader = self._loader()
+        if loader is not None:
+            loader.prefetch(start)
         return _NeverRunWorkflow() if workflow is None else workflow
 
     def _end_step(self, total_epochs: int | None) -> int:
@@ -271,6 +284,11 @@ class ReplayMode(ActiveMode):
         if self.topology.is_coordinator() and self.comparison is not None:
             for line in self.comparison.summary_lines():
                 logger.info(line)
+
+    def close_recording(self) -> None:
+        loader = self._loader()
+        if loader is not None:
+            loader.close()
 
 
 def _refuse_unsupported(config, manifest) -> None:

@@ -1,0 +1,125 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A payload's tensors packed into one flat buffer per dtype (format v2 payloads).
+
+A rollout batch holds hundreds of small tensors. ``torch.save`` pickles each one
+through Python (dozens of objects per tensor, all under the GIL, which starves a
+training thread running beside the writer) and writes one record each. Packed,
+the same batch is a handful of buffers, a table of where each tensor lies, and
+the containers with the tensors left out: what is pickled is small and what is
+large is copied by torch with the GIL released.
+
+Packed form (plain containers and tensors, loadable with ``weights_only=True``)::
+
+    {"packed": 1,
+     "template": the containers, each tensor leaf replaced by None,
+     "tensor_leaves": int64 [n], the depth-first leaf numbers that are tensors,
+     "table": int64 [n, 3 + max_ndim], per tensor: dtype code, offset, ndim, dims,
+     "dtypes": [dtype names, indexed by code],
+     "buffers": [one 1-D tensor per dtype code]}
+
+Values, dtypes and shapes round-trip exactly; strides do not (every tensor comes
+back contiguous).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+PACKED_LAYOUT = 1
+
+
+def _walk(value: Any, leaves: list) -> Any:
+    """The template of ``value``; its leaves (tensors and others) appended in order."""
+    if isinstance(value, dict):
+        return {k: _walk(v, leaves) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        items = [_walk(v, leaves) for v in value]
+        return items if isinstance(value, list) else tuple(items)
+    leaves.append(value)
+    return None if isinstance(value, torch.Tensor) else value
+
+
+def pack(value: Any) -> dict[str, Any]:
+    """The packed form of ``value`` (a batch, or any container of tensors)."""
+    leaves: list = []
+    template = _walk(value, leaves)
+    where = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
+    tensors = [leaves[i].detach() for i in where]
+    dtypes: list[torch.dtype] = []
+    groups: dict[torch.dtype, list[torch.Tensor]] = {}
+    max_ndim = max((t.dim() for t in tensors), default=0)
+    table = torch.zeros(len(tensors), 3 + max_ndim, dtype=torch.int64)
+    rows = []
+    offsets: dict[torch.dtype, int] = {}
+    for t in tensors:
+        if t.dtype not in groups:
+            groups[t.dtype] = []
+            dtypes.append(t.dtype)
+            offsets[t.dtype] = 0
+        groups[t.dtype].append(t.reshape(-1))
+        rows.append(
+            [dtypes.index(t.dtype), offsets[t.dtype], t.dim(), *t.shape]
+            + [0] * (max_ndim - t.dim())
+        )
+        offsets[t.dtype] += t.numel()
+    if rows:
+        table = torch.tensor(rows, dtype=torch.int64)
+    return {
+        "packed": PACKED_LAYOUT,
+        "template": template,
+        "tensor_leaves": torch.tensor(where, dtype=torch.int64),
+        "table": table,
+        "dtypes": [str(d).removeprefix("torch.") for d in dtypes],
+        # One copy per dtype, made by torch with the GIL released.
+        "buffers": [torch.cat(groups[d]) for d in dtypes],
+    }
+
+
+def is_packed(value: Any) -> bool:
+    return isinstance(value, dict) and "packed" in value and "template" in value
+
+
+def unpack(packed: dict[str, Any], copy: bool = True) -> Any:
+    """The value ``pack`` was given. ``copy`` gives each tensor its own storage:
+    a view would carry the whole buffer into anything that pickles it (AReaL
+    broadcasts batches between ranks)."""
+    if packed.get("packed") != PACKED_LAYOUT:
+        raise ValueError(
+            f"packed layout {packed.get('packed')!r} is not one this areal-debug "
+            f"reads ({PACKED_LAYOUT})"
+        )
+    buffers = packed["buffers"]
+    tensors = {}
+    for leaf, row in zip(
+        packed["tensor_leaves"].tolist(), packed["table"].tolist(), strict=True
+    ):
+        code, offset, ndim = row[0], row[1], row[2]
+        shape = row[3 : 3 + ndim]
+        n = 1
+        for d in shape:
+            n *= d
+        if not (
+            0 <= code < len(buffers)
+            and len(shape) == ndim
+            and min(shape, default=0) >= 0
+            and 0 <= offset <= offset + n <= buffers[code].numel()
+        ):
+            raise ValueError(
+                f"tensor at leaf {leaf} lies outside its buffer (dtype code {code}, "
+                f"offset {offset}, shape {shape})"
+            )
+        t = buffers[code][offset : offset + n].view(shape)
+        tensors[leaf] = t.clone() if copy else t
+    counter = iter(range(1 << 62))
+    return _fill(packed["template"], tensors, counter)
+
+
+def _fill(template: Any, tensors: dict[int, torch.Tensor], counter) -> Any:
+    if isinstance(template, dict):
+        return {k: _fill(v, tensors, counter) for k, v in template.items()}
+    if isinstance(template, list | tuple):
+        items = [_fill(v, tensors, counter) for v in template]
+        return items if isinstance(template, list) else tuple(items)
+    return tensors.get(next(counter), template)
