@@ -39,6 +39,7 @@ bench: setup
 	$(PY) benchmarks/dump_overhead.py
 	OMP_NUM_THREADS=1 $(PY) benchmarks/compression.py
 	OMP_NUM_THREADS=1 $(PY) benchmarks/fetch_overhead.py
+	OMP_NUM_THREADS=1 $(PY) benchmarks/replay_wait.py
 
 clean:
 	rm -rf $(VENV)

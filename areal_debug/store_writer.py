@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import datetime
+import json
 import os
 import queue
 import shutil
@@ -66,6 +68,36 @@ def save_payload(
     return {"file": os.path.basename(path), **stored}
 
 
+RESERVED_BYTES = 4096
+
+
+def _reserve_space(path: str) -> None:
+    """Allocate room for a stop marker now, for when the disk is full later."""
+    with contextlib.suppress(OSError):
+        with open(path, "wb") as f:
+            f.write(b" " * RESERVED_BYTES)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def _write_into_reserve(reserve: str, marker: str, obj: dict) -> bool:
+    """Write ``obj`` as JSON over the reserved blocks, then rename it to ``marker``."""
+    obj = {**obj, "error": obj["error"][: RESERVED_BYTES // 2]}
+    data = json.dumps(obj, sort_keys=True).encode()
+    if len(data) > RESERVED_BYTES or not os.path.exists(reserve):
+        return False
+    try:
+        with open(reserve, "r+b") as f:
+            f.write(data)
+            f.truncate(len(data))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(reserve, marker)
+    except OSError:
+        return False
+    return True
+
+
 def epoch_of(global_step: int, steps_per_epoch: int) -> tuple[int, int]:
     return global_step // steps_per_epoch, global_step % steps_per_epoch
 
@@ -118,6 +150,8 @@ class RecordingWriter:
         self._error: BaseException | None = None
         self._rng_sha256: dict[int, str] = {}
         self._closed = False
+        self._reserve = os.path.join(path, f".reserved-{stopped_marker_name(shard)}")
+        _reserve_space(self._reserve)
         self._thread = threading.Thread(
             target=self._run, name=f"areal-debug-writer-{shard}", daemon=True
         )
@@ -178,6 +212,8 @@ class RecordingWriter:
         self._queue.put(None)
         self._thread.join()
         self._snapshots.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self._reserve)
         _live_writers.discard(self)
         self._raise_if_failed()
 
@@ -257,18 +293,18 @@ class RecordingWriter:
             f"permissions) and start a new recording to record again."
         )
         marker = os.path.join(self.path, stopped_marker_name(self.shard))
+        why = {
+            "shard": self.shard,
+            "step": step,
+            "error": repr(error),
+            "time": datetime.datetime.now(datetime.UTC).isoformat(),
+        }
         try:
-            atomic_write_json(
-                marker,
-                {
-                    "shard": self.shard,
-                    "step": step,
-                    "error": repr(error),
-                    "time": datetime.datetime.now(datetime.UTC).isoformat(),
-                },
-            )
+            atomic_write_json(marker, why)
         except OSError as e:
-            logger.error(f"Could not write {marker} either: {e!r}")
+            # A full disk: the blocks reserved at start still take the marker.
+            if not _write_into_reserve(self._reserve, marker, why):
+                logger.error(f"Could not write {marker} either: {e!r}")
 
     def _step_dir(self, step: int) -> str:
         return os.path.join(self.path, step_dirname(step))
