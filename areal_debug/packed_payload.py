@@ -42,38 +42,40 @@ def _walk(value: Any, leaves: list) -> Any:
 
 
 def pack(value: Any) -> dict[str, Any]:
-    """The packed form of ``value`` (a batch, or any container of tensors)."""
+    """The packed form of ``value`` (a batch, or any container of tensors).
+
+    One ``flatten_dense_tensors`` call per dtype: the writer thread takes the
+    GIL back a handful of times per step, not once per tensor (each time it
+    may wait a whole switch interval behind a busy training thread).
+    """
     leaves: list = []
     template = _walk(value, leaves)
-    where = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
-    tensors = [leaves[i].detach() for i in where]
-    dtypes: list[torch.dtype] = []
-    groups: dict[torch.dtype, list[torch.Tensor]] = {}
-    max_ndim = max((t.dim() for t in tensors), default=0)
-    table = torch.zeros(len(tensors), 3 + max_ndim, dtype=torch.int64)
-    rows = []
-    offsets: dict[torch.dtype, int] = {}
-    for t in tensors:
-        if t.dtype not in groups:
-            groups[t.dtype] = []
-            dtypes.append(t.dtype)
-            offsets[t.dtype] = 0
-        groups[t.dtype].append(t.reshape(-1))
-        rows.append(
-            [dtypes.index(t.dtype), offsets[t.dtype], t.dim(), *t.shape]
-            + [0] * (max_ndim - t.dim())
-        )
-        offsets[t.dtype] += t.numel()
-    if rows:
-        table = torch.tensor(rows, dtype=torch.int64)
+    codes: dict[torch.dtype, int] = {}
+    groups: list[list[torch.Tensor]] = []
+    offsets: list[int] = []
+    where, rows = [], []
+    for i, leaf in enumerate(leaves):
+        if not isinstance(leaf, torch.Tensor):
+            continue
+        code = codes.setdefault(leaf.dtype, len(codes))
+        if code == len(groups):
+            groups.append([])
+            offsets.append(0)
+        groups[code].append(leaf)
+        where.append(i)
+        rows.append([code, offsets[code], leaf.dim(), *leaf.shape])
+        offsets[code] += leaf.numel()
+    width = 3 + max((len(r) - 3 for r in rows), default=0)
+    table = [r + [0] * (width - len(r)) for r in rows]
+    with torch.no_grad():
+        buffers = [torch._C._nn.flatten_dense_tensors(g) for g in groups]
     return {
         "packed": PACKED_LAYOUT,
         "template": template,
         "tensor_leaves": torch.tensor(where, dtype=torch.int64),
-        "table": table,
-        "dtypes": [str(d).removeprefix("torch.") for d in dtypes],
-        # One copy per dtype, made by torch with the GIL released.
-        "buffers": [torch.cat(groups[d]) for d in dtypes],
+        "table": torch.tensor(table, dtype=torch.int64).reshape(len(rows), width),
+        "dtypes": [str(d).removeprefix("torch.") for d in codes],
+        "buffers": buffers,
     }
 
 

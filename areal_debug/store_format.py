@@ -136,7 +136,7 @@ class PayloadSink:
 
     # torch.save writes thousands of small records (headers, pickle pieces):
     # gathered up to this size, each costs one encoder call, not one each.
-    CHUNK = 1 << 20
+    CHUNK = 8 << 20
 
     def write(self, data) -> int:
         n = len(data)
@@ -331,14 +331,15 @@ def check_storable(value: Any, where: str) -> None:
 def describe_batch(batch: list[dict[str, Any]]) -> dict[str, Any]:
     """Counts, keys and dtypes of one shard, for its metadata file.
 
-    One concatenation per quantity, not a small op per trajectory: this runs on
-    the writer thread, beside training, for hundreds of trajectories a step.
+    One flattening call per quantity, not a small op per trajectory: this runs
+    beside training, for hundreds of trajectories a step, and every torch call
+    takes the GIL back from a training thread that may hold it for a while.
     """
     keys: dict[str, str] = {}
     masks: list[torch.Tensor] = []
     versions: list[torch.Tensor] = []
     loss_masks: list[torch.Tensor] = []
-    unmasked: list[torch.Tensor] = []
+    loose: list[torch.Tensor] = []  # versions without a matching loss_mask
     for traj in batch:
         for k, v in traj.items():
             if isinstance(v, torch.Tensor):
@@ -354,24 +355,32 @@ def describe_batch(batch: list[dict[str, Any]]) -> dict[str, Any]:
             # right-padding holds the pad value, so select by loss_mask.
             lm = traj.get("loss_mask")
             if isinstance(lm, torch.Tensor) and lm.shape == v.shape:
-                versions.append(v.reshape(-1))
-                loss_masks.append(lm.reshape(-1))
+                versions.append(v)
+                loss_masks.append(lm)
             else:
-                unmasked.append(v[v >= 0])
+                loose.append(v)
     out: dict[str, Any] = {
         "num_trajectories": len(batch),
         "num_sequences": sum(int(m.shape[0]) if m.dim() > 1 else 1 for m in masks),
-        "num_tokens": int(torch.cat([m.reshape(-1) for m in masks]).count_nonzero())
-        if masks
-        else 0,
+        "num_tokens": int(_flat(masks).count_nonzero()) if masks else 0,
         "keys": dict(sorted(keys.items())),
         "policy_version": None,
     }
     generated = []
     if versions:
-        generated.append(torch.cat(versions)[torch.cat(loss_masks).bool()])
-    generated += [v.reshape(-1) for v in unmasked]
+        generated.append(_flat(versions)[_flat(loss_masks) != 0])
+    if loose:
+        flat = _flat(loose)
+        generated.append(flat[flat >= 0])
     allv = torch.cat(generated) if generated else None
     if allv is not None and allv.numel():
         out["policy_version"] = [int(allv.min()), int(allv.max())]
     return out
+
+
+def _flat(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The tensors' elements in one 1-D tensor, in one call (one dtype)."""
+    dtypes = {t.dtype for t in tensors}
+    if len(dtypes) > 1:
+        tensors = [t.to(torch.int64) for t in tensors]
+    return torch._C._nn.flatten_dense_tensors(tensors)

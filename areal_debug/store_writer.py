@@ -22,7 +22,7 @@ from areal.utils import logging
 from areal_debug import retention
 from areal_debug.checkpoints import KEPT, kept_steps
 from areal_debug.manifest import Manifest
-from areal_debug.packed_payload import is_packed, pack, unpack
+from areal_debug.packed_payload import pack
 from areal_debug.snapshot import (
     ChangedInPlace,
     PendingCopy,
@@ -326,16 +326,15 @@ class RecordingWriter:
                 "training thread before training uses it (exact, a little slower)."
             )
 
-    def _write_shard(
-        self, step: int, batch: list[dict[str, Any]], pending: PendingCopy | None
-    ) -> None:
+    def _write_shard(self, step: int, batch, pending: PendingCopy | None) -> None:
+        """``batch``: the list, or with ``pending`` its (packed, description)."""
         step_dir = self._step_dir(step)
         name = shard_payload_name(self.shard, self.codec)
         path = os.path.join(step_dir, name)
-        if is_packed(batch):
-            packed, batch = batch, unpack(batch, copy=False)
+        if pending is not None:
+            packed, described = batch
         else:
-            packed = pack(batch)
+            packed, described = pack(batch), describe_batch(batch)
         stored = save_payload(path, packed, self.codec, self.level)
         if pending is not None:
             try:
@@ -344,7 +343,7 @@ class RecordingWriter:
             except ChangedInPlace:
                 os.unlink(path)
                 raise
-        meta = {"shard": self.shard, **stored, **describe_batch(batch)}
+        meta = {"shard": self.shard, **stored, **described}
         atomic_write_json(os.path.join(step_dir, shard_meta_name(self.shard)), meta)
         logger.info(
             f"Recorded step {step} shard {self.shard + 1}/{self.num_shards}: "

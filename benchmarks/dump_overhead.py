@@ -190,9 +190,9 @@ def main(argv=None) -> int:
     for name, (slowdown, per_step) in slowdowns.items():
         print(
             f"# [{name}] beside the Python loop the writer took {per_step * 1e3:.0f} ms "
-            f"per step ({dumps[name][1] * 1e3:.0f} ms alone): a thread that needs the "
-            "GIL thousands of times a step waits up to sys.getswitchinterval() "
-            f"({sys.getswitchinterval() * 1e3:.0f} ms) each time"
+            f"per step ({dumps[name][1] * 1e3:.0f} ms alone): each time it takes the "
+            "GIL back it may wait up to sys.getswitchinterval() "
+            f"({sys.getswitchinterval() * 1e3:.0f} ms)"
         )
         print(
             figure(f"python_loop_slowdown_while_writing[{name}]", slowdown, "<=", 0.03)

@@ -39,23 +39,39 @@ from support.scripts import gsm8k_workdir  # noqa: E402, F401
 
 # `make test` runs on two pytest-xdist workers (-n 2 --dist loadgroup): most of a
 # test's time is one process starting up or waiting, so two at once use the two
-# cores. Each worker has its own session fixtures, so the tests of one recording
-# share a worker (it is recorded once), and each module stays on one worker (its
-# module-scoped runs, e.g. a dump, happen once).
-RECORDING_GROUPS = {
-    "spmd_d1": "spmd",
-    "spmd_d2": "spmd",
-    "spmd_d1_replay": "spmd",
-    "sc_d2": "single-controller",
-    "cpu_server": "single-controller",
+# cores. Tests sharing a session recording share a worker (each worker records
+# its own), each module stays on one worker (its module-scoped runs happen once),
+# and every run that starts AReaL's scheduler (single-controller mode, Ray) is on
+# the same worker: AReaL picks its workers' ports with the `random` module its
+# seeding has seeded, so two such runs with the same seed at once pick the same
+# ports (EADDRINUSE). SPMD runs get ports from the OS.
+SCHEDULER = "areal-scheduler"
+SCHEDULER_FIXTURES = {"sc_d2", "sc_workdir", "cpu_server", "gsm8k_workdir"}
+SCHEDULER_MODULES = {
+    "test_single_controller",
+    "test_example_scripts",
+    "test_agent_workflows",
+    "test_ray_scheduler",
 }
+SPMD_FIXTURES = {"spmd_d1", "spmd_d2", "spmd_d1_replay"}
+# Modules that reach the SPMD recordings through request.getfixturevalue too.
+SPMD_MODULES = {"test_areal_spmd", "test_reproduce"}
+
+
+def xdist_group_of(item) -> str:
+    module = item.module.__name__
+    names = set(item.fixturenames)
+    if (
+        names & SCHEDULER_FIXTURES
+        or module in SCHEDULER_MODULES
+        or "single-controller" in item.nodeid
+    ):
+        return SCHEDULER
+    if names & SPMD_FIXTURES or module in SPMD_MODULES:
+        return "spmd"
+    return module
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        groups = {
-            RECORDING_GROUPS[f] for f in item.fixturenames if f in RECORDING_GROUPS
-        }
-        # A test reading both kinds goes with the SPMD ones (the costlier pair).
-        group = "spmd" if "spmd" in groups else next(iter(groups), item.module.__name__)
-        item.add_marker(pytest.mark.xdist_group(group))
+        item.add_marker(pytest.mark.xdist_group(xdist_group_of(item)))

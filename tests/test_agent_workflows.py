@@ -54,8 +54,28 @@ def agent_run(request) -> AgentRun:
     return RUNS[request.param]
 
 
-@pytest.fixture(scope="module")
+# Each run's dump, made once whatever order the tests run in (a pytest-xdist
+# worker runs them in collection order, which would set a parametrized
+# module fixture up again at every switch of parameter).
+_DUMPS: dict[str, tuple | BaseException] = {}
+
+
+@pytest.fixture
 def agent_dump(gsm8k_workdir, agent_run):
+    key = agent_run.experiment
+    if key not in _DUMPS:
+        try:
+            _DUMPS[key] = _dump(gsm8k_workdir, agent_run)
+        except BaseException as e:
+            _DUMPS[key] = e  # a failed dump is not run again for the next test
+            raise
+    outcome = _DUMPS[key]
+    if isinstance(outcome, BaseException):
+        pytest.fail(f"the {key} dump failed in an earlier test: {outcome}")
+    return outcome
+
+
+def _dump(gsm8k_workdir, agent_run):
     from areal_debug.testing import end_process, start_server
 
     server = client = None

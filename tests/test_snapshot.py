@@ -29,7 +29,7 @@ def test_background_copy_is_a_copy_and_leaves_the_training_thread_the_originals(
     snapshots = Snapshotter(clone_tensors=True)
     pending = snapshots.take(batch)
     assert isinstance(pending, PendingCopy)
-    copy = unpack(pending.copied.result(timeout=30), copy=False)
+    copy = unpack(pending.copied.result(timeout=30)[0], copy=False)
     snapshots.close()
     assert_batches_equal(expected, copy)
     assert copy[0]["input_ids"].data_ptr() != batch[0]["input_ids"].data_ptr()
@@ -63,7 +63,7 @@ def test_inference_mode_tensors_need_no_version_check():
     with torch.inference_mode():
         t = {"input_ids": torch.arange(6).reshape(2, 3)}
     with ThreadPoolExecutor(1) as pool:
-        copy = unpack(PendingCopy([t], pool).copied.result(timeout=30))
+        copy = unpack(PendingCopy([t], pool).copied.result(timeout=30)[0])
     assert torch.equal(copy[0]["input_ids"], t["input_ids"])
 
 
@@ -136,3 +136,40 @@ def test_a_packed_table_pointing_outside_its_buffer_is_refused():
     packed["table"][0, 1] = 2  # offset 2 + 4 elements > 4
     with pytest.raises(ValueError, match="outside its buffer"):
         unpack(packed)
+
+
+def test_packed_description_matches_a_per_trajectory_count():
+    from areal_debug.store_format import describe_batch
+
+    batch = []
+    for i in range(5):
+        g = torch.Generator().manual_seed(i)
+        length = 3 + i
+        traj = {
+            "attention_mask": torch.rand(2, length, generator=g) > 0.3,
+            "versions": torch.randint(
+                -1, 9, (2, length), generator=g, dtype=torch.int32
+            ),
+            "loss_mask": torch.randint(
+                0, 2, (2, length), generator=g, dtype=torch.int32
+            ),
+            "rewards": torch.rand(2, generator=g),
+            "tag": "x",
+        }
+        if i == 4:
+            del traj["loss_mask"]  # versions then count where they are >= 0
+        batch.append(traj)
+    d = describe_batch(batch)
+    assert d["num_trajectories"] == 5 and d["num_sequences"] == 10
+    assert d["num_tokens"] == sum(int(t["attention_mask"].sum()) for t in batch)
+    chosen = [t["versions"][t["loss_mask"].bool()] for t in batch[:4]]
+    chosen.append(batch[4]["versions"][batch[4]["versions"] >= 0])
+    allv = torch.cat(chosen)
+    assert d["policy_version"] == [int(allv.min()), int(allv.max())]
+    assert d["keys"] == {
+        "attention_mask": "bool",
+        "loss_mask": "int32",
+        "rewards": "float32",
+        "tag": "str",
+        "versions": "int32",
+    }
