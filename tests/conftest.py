@@ -72,6 +72,8 @@ def xdist_group_of(item) -> str:
     return module
 
 
+# First: pytest-xdist reads the marks in its own hook, to route each group.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
         item.add_marker(pytest.mark.xdist_group(xdist_group_of(item)))

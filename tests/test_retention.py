@@ -195,11 +195,14 @@ def test_kept_checkpoint_files_are_independent_of_the_in_place_rewrite(tmp_path)
 
 
 @pytest.mark.areal
-def test_a_long_run_keeps_its_budget_and_a_pinned_step_replays_bitwise(
+def test_a_long_run_keeps_its_budget_and_pinned_steps_replay_bitwise(
     tmp_path_factory, tiny_assets
 ):
-    """A real dump (AReaL's trainer, fake engine) with a ring buffer of one step
-    and step 2 pinned; then step 2 alone replayed from what retention kept."""
+    """A real dump (AReaL's trainer, fake engine) of 6 steps with a ring buffer of
+    2, step 1 pinned by the user and step 3 by an injected anomaly (rewards shifted
+    by -5, against a user threshold); then each pinned step replayed alone from the
+    checkpoint retention kept for it."""
+    from support.fake_engine import BAD_REWARD_STEP_ENV
     from support.harness import recording_dir, replay_report, run_torchrun
     from support.recordings import _workdir
 
@@ -211,40 +214,46 @@ def test_a_long_run_keeps_its_budget_and_a_pinned_step_replays_bitwise(
         "dump",
         1,
         [
-            "total_train_steps=5",
+            "total_train_steps=6",
             "debug.dump_rollout_data=true",
             "recover.mode=on",
             "++recover.freq_steps=1",
-            "debug.keep_last_steps=1",
-            "debug.pin_steps=[2]",
-            "debug.pin_on_anomaly=false",
+            "debug.keep_last_steps=2",
+            "debug.pin_steps=[1]",
+            "debug.anomaly_thresholds=['ppo_actor/task_reward/avg < -1']",
+            "debug.anomaly_context_steps=0",
         ],
+        env={BAD_REWARD_STEP_ENV: "3"},
     )
     assert dump.returncode == 0, dump.log[-3000:]
+    assert "Anomaly at step 3: ppo_actor/task_reward/avg < -1" in dump.log
     path = recording_dir(str(d))
-    assert RecordingReader(path).available_steps() == [2, 4]
+    # Pinned 1 and 3, the ring buffer's 4 and 5; 0 and 2 deleted.
+    assert RecordingReader(path).available_steps() == [1, 3, 4, 5]
     kept = kept_steps(path)
-    # Step 2 replays from the checkpoint of step 1; 0 and 2 serve no kept step.
-    assert 1 in kept and 0 not in kept and 2 not in kept
-    assert "Retention: deleted steps [0]" in dump.log
+    # Step 1 replays from checkpoint 0, step 3 from 2; checkpoint 1 served only
+    # step 2, which is gone.
+    assert {0, 2} <= set(kept) and 1 not in kept
     assert not [n for n in os.listdir(path) if n.startswith(DELETING_PREFIX)]
 
-    replay = run_torchrun(
-        str(d),
-        "replay",
-        1,
-        [
-            "debug.replay_rollout_data=true",
-            "debug.replay_start_step=2",
-            "total_train_steps=3",
-        ],
-    )
-    assert replay.returncode == 0, replay.log[-3000:]
-    assert "recover checkpoint of step 1 (kept with the recording)" in replay.log
-    report = replay_report(str(d))
-    assert [e["global_step"] for e in report["steps"]] == [2]
-    assert report["summary"]["all_identical"] is True
-    recorded = dump.stats_by_step()[2]["ppo_actor/update/grad_norm"]
-    assert report["steps"][0]["metrics"]["ppo_actor/update/grad_norm"]["replayed"] == (
-        recorded
-    )
+    recorded = dump.stats_by_step()
+    for step in (1, 3):
+        trial = f"from{step}"
+        replay = run_torchrun(
+            str(d),
+            trial,
+            1,
+            [
+                "debug.replay_rollout_data=true",
+                f"debug.replay_trial_name={trial}",
+                f"debug.replay_start_step={step}",
+                f"total_train_steps={step + 1}",
+            ],
+        )
+        assert replay.returncode == 0, replay.log[-3000:]
+        assert f"recover checkpoint of step {step - 1} (kept" in replay.log
+        report = replay_report(str(d), trial=trial)
+        assert [e["global_step"] for e in report["steps"]] == [step]
+        assert report["summary"]["all_identical"] is True
+        norm = report["steps"][0]["metrics"]["ppo_actor/update/grad_norm"]
+        assert norm["replayed"] == recorded[step]["ppo_actor/update/grad_norm"] > 0

@@ -20,6 +20,10 @@ from areal.workflow.rlvr import default_get_input_ids_fn
 from areal_debug.tooling.tiny_task import arithmetic_reward
 
 FORBID_ENV = "AREAL_DEBUG_TEST_FORBID_ENGINE"
+# An injected anomaly: the rewards of this step (a fresh run's Nth batch) are
+# shifted by -5, which the arithmetic reward (0 or 1) never gives; within a
+# group they still differ, so the step still trains.
+BAD_REWARD_STEP_ENV = "AREAL_DEBUG_TEST_BAD_REWARD_STEP"
 
 
 class FakeRolloutEngine:
@@ -34,6 +38,9 @@ class FakeRolloutEngine:
         self.gen = torch.Generator().manual_seed(seed * 1000 + rank)
         self._data = None
         self._version = 0
+        self._batches = 0
+        bad = os.environ.get(BAD_REWARD_STEP_ENV)
+        self._bad_step = None if bad is None else int(bad)
         self.digit_ids = [tokenizer.convert_tokens_to_ids(str(d)) for d in range(19)]
         self.eos = tokenizer.eos_token_id
 
@@ -82,6 +89,10 @@ class FakeRolloutEngine:
                 for _ in range(group_size)
             ]
             batch.append(concat_padded_tensors(group))
+        if self._batches == self._bad_step:
+            for traj in batch:
+                traj["rewards"] = traj["rewards"] - 5.0
+        self._batches += 1
         return batch
 
     def initialize(self, *a, **k):
