@@ -504,6 +504,18 @@ def allocation_train_world_size(alloc: str) -> int:
     return parse_allocation(alloc).train.world_size
 
 
+# -- config loading without side effects -----------------------------------------------
+def compose_config(args: list[str], config_cls):
+    """What AReaL's ``load_expr_config`` builds from ``args`` (``--config`` and
+    overrides), without saving ``config.yaml`` into the run's log directory as it
+    does: for tools that only read a config (``areal-debug doctor``)."""
+    from areal.api.cli_args import parse_cli_args, to_structured_cfg
+    from omegaconf import OmegaConf
+
+    cfg, _ = parse_cli_args(args)
+    return OmegaConf.to_object(to_structured_cfg(cfg, config_cls=config_cls))
+
+
 # -- launchers ----------------------------------------------------------------------------
 def parse_launcher_cli_args(argv: list[str]):
     """The raw config AReaL's launchers compose (areal/infra/launcher/local.py

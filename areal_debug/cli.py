@@ -1,13 +1,24 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The ``areal-debug`` command: look into and check recordings.
+"""The ``areal-debug`` command: look into and check recordings and replays.
 
-areal-debug inspect PATH     what a recording holds, step by step
-areal-debug verify PATH      check every payload's checksum and safe loading
+areal-debug ls [ROOT]          recordings under a fileroot and their replays
+areal-debug inspect PATH       what a recording holds, step by step
+areal-debug show PATH --step N one step, trajectory by trajectory
+areal-debug diff A [B]         where two recordings or replays first differ
+areal-debug plot A [B] -o PNG  per-step statistics of two runs, one picture
+areal-debug extract PATH ...   one step as a self-contained reproducer with a test
+areal-debug doctor PATH -- CMD pre-flight checks of a replay or resume command
+areal-debug verify PATH        check every payload's checksum and safe loading
+
+The logic of each lives in ``areal_debug.inspect``; this module parses arguments
+and writes the results (tables, or JSON with ``--json``) to stdout.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import sys
 
@@ -108,9 +119,296 @@ def cmd_demo(args) -> int:
         return 1
 
 
+# -- the inspection commands ------------------------------------------------------------
+def _emit(args, data, renderable=None) -> None:
+    """Write a result: JSON with --json, else the rich view."""
+    from areal_debug.inspect.common import to_jsonable
+
+    if getattr(args, "json", False) or renderable is None:
+        print(json.dumps(to_jsonable(data), indent=1, default=str))
+        return
+    from rich.console import Console
+
+    # At a terminal rich fits its width; piped, 120 columns keep tables readable.
+    Console(width=None if sys.stdout.isatty() else 120).print(renderable)
+
+
+@contextlib.contextmanager
+def _logs_to_stderr():
+    """AReaL's loggers write to stdout; while a command computes, they go to stderr
+    so that stdout holds only the command's output (clean --json)."""
+    with contextlib.redirect_stdout(sys.stderr):
+        yield
+
+
+def cmd_ls(args) -> int:
+    with _logs_to_stderr():
+        from areal_debug.inspect import listing, render
+
+        found = listing.list_recordings(args.root)
+    _emit(args, found, render.listing(found))
+    return 0
+
+
+def cmd_show(args) -> int:
+    from areal_debug.inspect.common import parse_int_list
+
+    with _logs_to_stderr():
+        from areal_debug.inspect import render, show
+
+        view = show.view_step(
+            args.path,
+            args.step,
+            shard=args.shard,
+            trajectories=parse_int_list(args.traj, "--traj"),
+            decode=args.decode or args.tokenizer is not None,
+            tokenizer=args.tokenizer,
+        )
+    if args.json and not args.full:
+        # Token ids are bulky; --full keeps them.
+        for t in view.trajectories:
+            for s in t.sequences:
+                s.prompt_ids, s.completion_ids = [], []
+    _emit(args, view, render.show(view, args.full))
+    return 0
+
+
+def cmd_diff(args) -> int:
+    with _logs_to_stderr():
+        from areal_debug.inspect import diff, render
+
+        result = diff.diff(args.a, args.b)
+    if isinstance(result, diff.RecordingDiff):
+        _emit(args, result, render.recording_diff(result))
+        return (
+            0
+            if result.first is None
+            and not (result.steps_only_in_a or result.steps_only_in_b)
+            else 3
+        )
+    _emit(args, result, render.run_diff(result, args.all, args.metric))
+    return 0 if result.first_divergence is None else 3
+
+
+def cmd_plot(args) -> int:
+    with _logs_to_stderr():
+        from areal_debug.inspect import plot, render
+
+        result = plot.plot(args.a, args.b, args.output, args.metric, args.title)
+    _emit(args, result, render.plot_result(result))
+    return 0
+
+
+def cmd_extract(args) -> int:
+    from areal_debug.inspect.common import parse_int_list
+
+    with _logs_to_stderr():
+        from areal_debug.inspect import extract, render
+
+        result = extract.extract(
+            args.path,
+            args.step,
+            args.output,
+            trajectories=parse_int_list(args.traj, "--traj"),
+            use_checkpoint=not args.no_checkpoint,
+        )
+    _emit(args, result, render.extract_result(result))
+    return 0
+
+
+def cmd_doctor(args) -> int:
+    with _logs_to_stderr():
+        from areal_debug.inspect import doctor, render
+
+        report = doctor.doctor(args.path, args.cmd)
+    _emit(args, report, render.doctor_report(report))
+    return 1 if report.errors else 0
+
+
+def _sub(sub, name: str, help: str, epilog: str) -> argparse.ArgumentParser:
+    return sub.add_parser(
+        name,
+        help=help,
+        description=help[0].upper() + help[1:] + ".",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def _json_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _add_inspection_commands(sub) -> None:
+    p = _sub(
+        sub,
+        "ls",
+        "list recordings under a fileroot (or one recording) and the replays run "
+        "against them",
+        """examples:
+  areal-debug ls /storage/areal                  every recording under a fileroot
+  areal-debug ls /storage/areal/exp/trial/areal_debug_recording
+  areal-debug ls /storage/areal --json | jq '.[].replays'
+
+Columns: steps complete (and incomplete or stopped ones), steps pinned against
+retention (anomalies, debug.pin_steps), kept recover checkpoints, size on disk,
+format version, and each replay_report.json whose "recording" is this one with
+its verdict (replays write it into AReaL's log directory of the replay trial).""",
+    )
+    p.add_argument(
+        "root", nargs="?", default=".", help="fileroot or recording (default .)"
+    )
+    _json_flag(p)
+    p.set_defaults(func=cmd_ls)
+
+    p = _sub(
+        sub,
+        "show",
+        "show one recorded step trajectory by trajectory: texts, rewards, lengths, "
+        "policy versions",
+        """examples:
+  areal-debug show REC --step 3                   lengths, rewards, versions per trajectory
+  areal-debug show REC --step 3 --traj 0,2 --decode   with prompt and completion texts
+  areal-debug show REC --step 3 --decode --tokenizer /models/qwen --full
+  areal-debug show REC --step 3 --json
+
+Texts are decoded with the run's tokenizer (tokenizer_path or actor.path of the
+recorded config) or --tokenizer. "versions" are the policy versions that
+generated each completion's tokens, "staleness" the step minus them.""",
+    )
+    p.add_argument("path", help="recording directory (holds manifest.json)")
+    p.add_argument("--step", type=int, required=True, help="global step to show")
+    p.add_argument("--shard", type=int, help="only this shard (data-parallel head)")
+    p.add_argument(
+        "--traj",
+        help="trajectories to show, e.g. 0,3,5-7 (index in the step, or in --shard)",
+    )
+    p.add_argument(
+        "--decode", action="store_true", help="decode prompts and completions"
+    )
+    p.add_argument("--tokenizer", help="tokenizer to decode with (implies --decode)")
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="do not truncate texts (JSON: keep token ids)",
+    )
+    _json_flag(p)
+    p.set_defaults(func=cmd_show)
+
+    p = _sub(
+        sub,
+        "diff",
+        "compare two recordings (first differing element) or two runs' statistics "
+        "(first divergent step and metric)",
+        """examples:
+  areal-debug diff REC_A REC_B                first step/shard/trajectory/key/element that differ
+  areal-debug diff LOGS/t0_replay/replay_report.json     a replay against its recording
+  areal-debug diff REPORT_A REPORT_B --all    two replays, every metric side by side
+  areal-debug diff REPORT REC --metric ppo_actor/update/grad_norm --json
+
+Exit code: 0 when identical, 3 when they differ, 1/2 on bad input.""",
+    )
+    p.add_argument(
+        "a", help="recording, replay_report.json, or a replay's log directory"
+    )
+    p.add_argument(
+        "b", nargs="?", help="the other one (omit for a report vs its recording)"
+    )
+    p.add_argument(
+        "--all", action="store_true", help="show every metric, not only divergent ones"
+    )
+    p.add_argument(
+        "--metric", action="append", help="show only this metric (repeatable)"
+    )
+    _json_flag(p)
+    p.set_defaults(func=cmd_diff)
+
+    p = _sub(
+        sub,
+        "plot",
+        "plot per-step statistics (loss, grad norm, reward, importance weight...) of "
+        "recorded vs replayed, or run A vs run B, into a PNG",
+        """examples:
+  areal-debug plot LOGS/t0_replay/replay_report.json -o replay.png   recorded vs replayed
+  areal-debug plot REPORT_A REPORT_B -o ab.png                      two replays
+  areal-debug plot REC_A REC_B -o runs.png --metric ppo_actor/update/grad_norm
+
+The first divergent step is marked in every panel and named in the title.""",
+    )
+    p.add_argument(
+        "a", help="recording, replay_report.json, or a replay's log directory"
+    )
+    p.add_argument(
+        "b", nargs="?", help="the other run (omit for a report vs its recording)"
+    )
+    p.add_argument("-o", "--output", required=True, help="PNG file to write")
+    p.add_argument("--metric", action="append", help="metric to plot (repeatable)")
+    p.add_argument("--title", help="figure title")
+    _json_flag(p)
+    p.set_defaults(func=cmd_plot)
+
+    p = _sub(
+        sub,
+        "extract",
+        "write one step as a minimal self-contained recording plus a pytest file "
+        "that replays it on CPU",
+        """examples:
+  areal-debug extract REC --step 3 -o repro-step3        the whole step (faithful if it can be)
+  areal-debug extract REC --step 3 --traj 0,5 -o repro   two trajectories only
+  python -m pytest -q repro-step3                        replays it and checks the statistics
+
+Faithful (every recorded statistic bitwise) when the step is whole and either step 0
+or preceded by a kept recover checkpoint (recover.mode=on in the dump run): the
+checkpoint and the steps after it are extracted too. Otherwise the step is written
+as step 0 and trains the model at actor.path, not the dump run's weights at that
+step, so only statistics of the batch itself are compared; with --traj none of the
+recorded statistics applies and the test checks that the step runs and stays finite.
+The generated test says which in its docstring.""",
+    )
+    p.add_argument("path", help="recording directory (holds manifest.json)")
+    p.add_argument("--step", type=int, required=True, help="global step to extract")
+    p.add_argument("--traj", help="only these trajectories, e.g. 0,3,5-7")
+    p.add_argument("-o", "--output", required=True, help="new directory to write")
+    p.add_argument(
+        "--no-checkpoint",
+        action="store_true",
+        help="leave the recover checkpoint out (smaller; not faithful)",
+    )
+    _json_flag(p)
+    p.set_defaults(func=cmd_extract)
+
+    p = _sub(
+        sub,
+        "doctor",
+        "pre-flight checks of a replay or resume command against a recording",
+        """examples:
+  areal-debug doctor REC -- python -m areal_debug.launcher.local train.py \\
+      --config my.yaml debug.replay_rollout_data=true debug.replay_start_step=3
+  areal-debug doctor REC -- torchrun --nproc-per-node 2 train.py --config my.yaml \\
+      debug.replay_rollout_data=true actor.optimizer.lr=1e-5
+  areal-debug doctor REC -- my.yaml
+
+Checks: training config differences from the recording (model, sequence lengths,
+sampling, optimizer, batch and group sizes, reward normalisation), missing or
+incomplete steps, a whole recover checkpoint for the start step, determinism,
+AReaL/torch/areal-debug versions, a trial or wandb run that would write into the
+recorded run's, and free disk. Exit code 1 when any finding is an error.""",
+    )
+    p.add_argument("path", help="recording directory (holds manifest.json)")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- and the command line")
+    _json_flag(p)
+    p.set_defaults(func=cmd_doctor)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="areal-debug", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="areal-debug",
+        description=__doc__.split("\n\n")[0],
+        epilog="\n".join(__doc__.split("\n\n")[1].splitlines()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = ap.add_subparsers(dest="command", required=True)
+    _add_inspection_commands(sub)
     p = sub.add_parser("inspect", help="show what a recording holds")
     p.add_argument("path", help="recording directory (holds manifest.json)")
     p.set_defaults(func=cmd_inspect)
@@ -140,11 +438,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "cmd", None) and args.cmd[0] == "--":
+        args.cmd = args.cmd[1:]
+    from areal_debug.inspect.common import InspectError, MissingPathError
+
     try:
         return args.func(args)
-    except RecordingError as e:
-        print(f"areal-debug: {e}", file=sys.stderr)
+    except (RecordingError, MissingPathError) as e:
+        print(f"areal-debug: {_one_line(e)}", file=sys.stderr)
         return 2
+    except InspectError as e:
+        print(f"areal-debug: {_one_line(e)}", file=sys.stderr)
+        return 1
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())
 
 
 if __name__ == "__main__":

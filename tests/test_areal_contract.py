@@ -9,6 +9,7 @@ moves one fails here, naming it. No processes are started.
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable
 
 import pytest
@@ -347,6 +348,26 @@ def _():
     assert areal_compat.allocation_train_world_size("sglang:d2+fsdp:d4") == 4
     with pytest.raises(Exception):  # noqa: B017 - AReaL raises several types
         areal_compat.parse_allocation("fsdp:d2p2")
+
+
+@check("cli_args.parse_cli_args + to_structured_cfg (compose_config, doctor)")
+def _():
+    from areal.api.cli_args import GRPOConfig
+
+    from areal_debug.config import _parsing_class
+    from areal_debug.testing import example_config
+
+    set_here = "AREAL_DEBUG_WORKDIR" not in os.environ
+    os.environ.setdefault("AREAL_DEBUG_WORKDIR", "/nonexistent")  # the YAML reads it
+    try:
+        config = areal_compat.compose_config(
+            ["--config", str(example_config()), "total_train_steps=7"],
+            _parsing_class(GRPOConfig),
+        )
+    finally:
+        if set_here:
+            del os.environ["AREAL_DEBUG_WORKDIR"]
+    assert isinstance(config, GRPOConfig) and config.total_train_steps == 7
 
 
 @check("local launcher: parse_cli_args, local_main, LocalLauncher internals")

@@ -1,0 +1,163 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What the inspection commands share: input errors, progress, finding things."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from typing import Any, TypeVar
+
+from areal_debug.replay_report import REPORT_NAME
+from areal_debug.store_format import MANIFEST, RecordingError
+
+T = TypeVar("T")
+
+
+def log():
+    """AReaL's logger for the inspection commands, made on first use: importing
+    AReaL takes seconds, which ls, show, diff and plot do not otherwise need."""
+    from areal.utils import logging
+
+    return logging.getLogger("DebugInspect")
+
+
+class InspectError(ValueError):
+    """Bad input to an inspection command (exit code 1): what, why, what to do."""
+
+
+class MissingPathError(InspectError):
+    """A path given on the command line does not exist (exit code 2)."""
+
+
+def require_path(path: str, what: str) -> str:
+    """``path`` if it exists, else one clear error naming it."""
+    if not os.path.exists(path):
+        raise MissingPathError(
+            f"{what} {path} does not exist. Check the path (a recording is the "
+            f"directory holding {MANIFEST}; a replay report is {REPORT_NAME} in the "
+            "replay trial's log directory)."
+        )
+    return path
+
+
+def is_recording(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, MANIFEST))
+
+
+def report_file(path: str) -> str | None:
+    """The replay report ``path`` names (the file, or a directory holding it)."""
+    if os.path.isdir(path):
+        candidate = os.path.join(path, REPORT_NAME)
+        return candidate if os.path.isfile(candidate) else None
+    if os.path.isfile(path) and path.endswith(".json"):
+        return path
+    return None
+
+
+def load_report_json(path: str) -> dict[str, Any]:
+    """A replay report's JSON, or one error saying why it is not one."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise RecordingError(f"Cannot read the replay report {path}: {e}.") from e
+    if not isinstance(data, dict) or "steps" not in data or "recording" not in data:
+        raise InspectError(
+            f"{path} is not a replay report (no 'recording' and 'steps' keys). Give "
+            f"the {REPORT_NAME} a replay wrote into its log directory."
+        )
+    return data
+
+
+def parse_int_list(text: str | None, what: str) -> list[int] | None:
+    """'0,3,5-7' -> [0, 3, 5, 6, 7]; None stays None."""
+    if text is None:
+        return None
+    out: list[int] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        try:
+            if "-" in part[1:]:
+                lo, hi = part.split("-", 1)
+                out.extend(range(int(lo), int(hi) + 1))
+            else:
+                out.append(int(part))
+        except ValueError:
+            raise InspectError(
+                f"{what} {text!r}: {part!r} is not a number or a range like 5-7."
+            ) from None
+    if any(i < 0 for i in out):
+        raise InspectError(f"{what} {text!r}: numbers must be >= 0.")
+    return sorted(set(out))
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Dataclasses (nested) as plain JSON values."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {k: to_jsonable(v) for k, v in dataclasses.asdict(obj).items()}
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [to_jsonable(v) for v in obj]
+    return obj
+
+
+def package_version(name: str) -> str | None:
+    """The installed version of distribution ``name`` (None if not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def human_bytes(n: int | float | None) -> str:
+    if n is None:
+        return "?"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def track(
+    items: Iterable[T], description: str, total: int | None = None
+) -> Iterator[T]:
+    """``items``, with a progress bar while stdout is a terminal; quiet otherwise.
+
+    Drawn on stderr and cleared when done, so nothing of it reaches the output.
+    """
+    if not interactive():
+        yield from items
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task(description, total=total)
+        for item in items:
+            yield item
+            progress.advance(task)
+
+
+def interactive() -> bool:
+    """Whether a person watches: stdout (and stderr, where bars go) are terminals."""
+    return sys.stdout.isatty() and sys.stderr.isatty()
+
+
+@contextlib.contextmanager
+def status(description: str) -> Iterator[None]:
+    """A spinner (on stderr) while a single long step runs, at a terminal only."""
+    if not interactive():
+        yield
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status(description):
+        yield

@@ -1,0 +1,567 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``areal-debug doctor``: pre-flight checks of a replay or resume against a recording.
+
+The command line is parsed with AReaL's own config loading (``parse_cli_args``,
+``to_structured_cfg``) and areal-debug's ``debug.*`` handling, without the side
+effects of ``load_expr_config`` (it writes the config into the run's log
+directory and reconfigures name resolution): a pre-flight writes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from areal_debug.checkpoints import KEPT, kept_steps, latest_before
+from areal_debug.inspect.common import InspectError, human_bytes, package_version
+from areal_debug.retention import dir_bytes
+from areal_debug.store_format import step_dirname
+from areal_debug.store_reader import RecordingReader, format_ranges
+
+ERROR, WARNING, INFO = "error", "warning", "info"
+
+# Config keys whose change makes a replay train differently from the dump run
+# (intended when testing a change; a surprise otherwise).
+TRAINING_KEYS = (
+    "actor.path",
+    "tokenizer_path",
+    "seed",
+    "gconfig",
+    "actor.optimizer",
+    "actor.mb_spec",
+    "actor.ppo_n_minibatches",
+    "actor.eps_clip",
+    "actor.eps_clip_higher",
+    "actor.c_clip",
+    "actor.kl_ctl",
+    "actor.kl_estimator",
+    "actor.reward_norm",
+    "actor.reward_scaling",
+    "actor.reward_bias",
+    "actor.reward_clip",
+    "actor.adv_norm",
+    "actor.discount",
+    "actor.gae_lambda",
+    "actor.recompute_logprob",
+    "actor.use_decoupled_loss",
+    "actor.behav_imp_weight_cap",
+    "actor.rejection_sampling",
+    "actor.dtype",
+    "actor.disable_dropout",
+    "actor.gradient_checkpointing",
+    "actor.max_new_tokens",
+    "actor.mask_no_eos_with_zero",
+    "actor.backend",
+    "train_dataset.batch_size",
+    "rollout.max_head_offpolicyness",
+    "critic",
+    "ref",
+    "teacher",
+)
+# Keys that decide how recorded batches are grouped: a change makes the replay
+# meaningless, not merely different.
+GROUPING_KEYS = ("gconfig.n_samples", "actor.reward_norm.group_size")
+
+
+@dataclass
+class Finding:
+    severity: str
+    what: str
+    why: str
+    fix: str
+
+
+@dataclass
+class DoctorReport:
+    recording: str
+    command: list[str]
+    kind: str  # "replay" or "resume"
+    start_step: int
+    end_step: int | None
+    findings: list[Finding]
+
+    @property
+    def errors(self) -> int:
+        return sum(f.severity == ERROR for f in self.findings)
+
+
+# -- parsing the command -------------------------------------------------------------
+def config_argv(command: list[str]) -> list[str]:
+    """The ``--config X k=v ...`` part of a launcher / torchrun / python command line."""
+    if not command:
+        raise InspectError(
+            "Give the command after '--', e.g. areal-debug doctor REC -- python -m "
+            "areal_debug.launcher.local train.py --config my.yaml "
+            "debug.replay_rollout_data=true"
+        )
+    if len(command) == 1 and command[0].endswith((".yaml", ".yml")):
+        return ["--config", command[0]]
+    for i, arg in enumerate(command):
+        if arg == "--config" or arg.startswith("--config="):
+            return command[i:]
+    raise InspectError(
+        f"No --config in the command {' '.join(command)!r}: doctor reads the config "
+        "the run would load. Give the full command line, or just the YAML file."
+    )
+
+
+def load_command_config(command: list[str]):
+    """The config the command would run with (AReaL's GRPOConfig + debug section)."""
+    from areal.api.cli_args import GRPOConfig
+
+    from areal_debug.areal_compat import compose_config
+    from areal_debug.config import _parsing_class, compose_with_debug_overrides
+
+    argv = config_argv(command)
+    cls = _parsing_class(GRPOConfig)
+
+    def compose(args):
+        return compose_config(args, cls)
+
+    try:
+        config, _ = compose_with_debug_overrides(compose, argv)
+    except (AssertionError, ValueError, TypeError, KeyError) as e:
+        raise InspectError(f"Cannot load the command's config: {e}") from e
+    except Exception as e:  # noqa: BLE001 - hydra/omegaconf errors have many types
+        first = str(e).strip().splitlines()[0] if str(e).strip() else repr(e)
+        raise InspectError(
+            f"Cannot load the command's config ({type(e).__name__}): {first}. A config "
+            "class of your own with extra keys cannot be loaded here; check the "
+            "other findings by hand."
+        ) from e
+    return config
+
+
+# -- comparing ---------------------------------------------------------------------------
+def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: obj}
+
+
+def _under(key: str, roots: tuple[str, ...]) -> bool:
+    return any(key == r or key.startswith(r + ".") for r in roots)
+
+
+def config_differences(recorded: dict, current: dict) -> list[Finding]:
+    """Training-relevant config keys that differ from the dump run's."""
+    a, b = _flatten(recorded), _flatten(current)
+    findings = []
+    for key in sorted(set(a) | set(b)):
+        if not _under(key, TRAINING_KEYS + GROUPING_KEYS):
+            continue
+        va, vb = a.get(key, "<absent>"), b.get(key, "<absent>")
+        if va == vb:
+            continue
+        if _under(key, GROUPING_KEYS):
+            findings.append(
+                Finding(
+                    ERROR,
+                    f"{key} is {vb!r}, the recording was made with {va!r}",
+                    "the recorded batches hold groups of that many samples per "
+                    "prompt; group reward normalisation would mix groups",
+                    f"set {key}={va}",
+                )
+            )
+            continue
+        findings.append(
+            Finding(
+                WARNING,
+                f"{key} is {vb!r}, the recording was made with {va!r}",
+                "training then differs from the dump run: the replay diverges "
+                "from the recorded statistics (expected only if this is the "
+                "change you are testing)",
+                f"set {key}={va!r} to reproduce the recording exactly",
+            )
+        )
+    return findings
+
+
+def _versions(reader: RecordingReader) -> list[Finding]:
+    m = reader.manifest
+    out = []
+    for name, recorded, current, severity in (
+        ("AReaL", m.areal_version, package_version("areal"), WARNING),
+        ("torch", m.torch_version, torch.__version__, WARNING),
+        ("areal-debug", m.areal_debug_version, package_version("areal-debug"), INFO),
+    ):
+        if recorded and current and recorded != current:
+            out.append(
+                Finding(
+                    severity,
+                    f"{name} {current} is installed, the recording was made with "
+                    f"{recorded}",
+                    "kernels and training code may differ between versions, so a "
+                    "replay may not be bitwise",
+                    f"install {name}=={recorded} to reproduce exactly",
+                )
+            )
+    return out
+
+
+def _determinism(reader: RecordingReader, config) -> list[Finding]:
+    recorded = bool(reader.manifest.determinism.get("torch_deterministic_algorithms"))
+    current = bool(config.debug.deterministic)
+    if recorded == current:
+        return []
+    return [
+        Finding(
+            WARNING,
+            f"debug.deterministic={str(current).lower()}, the dump run had "
+            f"deterministic algorithms {'on' if recorded else 'off'}",
+            "different kernels give different rounding: the replay may not be bitwise",
+            f"set debug.deterministic={str(recorded).lower()}",
+        )
+    ]
+
+
+def _steps(reader: RecordingReader, start: int, end: int | None) -> list[Finding]:
+    have = reader.available_steps()
+    if end is None:
+        end = max(have, default=start)
+    wanted = list(range(start, end + 1))
+    missing = [s for s in wanted if s not in have]
+    out = []
+    if missing:
+        out.append(
+            Finding(
+                ERROR,
+                f"steps {format_ranges(missing)} of {format_ranges(wanted)} are not "
+                f"complete in the recording (complete: {format_ranges(have)})",
+                "the replay checks before training and stops at the first one",
+                "replay fewer steps (debug.replay_end_step / total_train_steps) or "
+                "point debug.path at a recording that has them",
+            )
+        )
+    incomplete = [s for s in reader.incomplete_steps() if start <= s <= end]
+    if incomplete:
+        out.append(
+            Finding(
+                WARNING,
+                f"steps {format_ranges(incomplete)} are incomplete (no step.json)",
+                "a head did not finish writing them; they cannot be replayed",
+                "run `areal-debug verify` and see the dump run's log",
+            )
+        )
+    for stop in reader.stopped():
+        out.append(
+            Finding(
+                INFO,
+                f"shard {stop.get('shard')} stopped recording at step "
+                f"{stop.get('step')}: {stop.get('error')}",
+                "steps from there on are not recorded",
+                "replay only the steps before it",
+            )
+        )
+    return out
+
+
+def checkpoint_problem(recording: str, step: int) -> str | None:
+    """Why the kept checkpoint of ``step`` is not whole, or None if it is."""
+    d = os.path.join(recording, KEPT, step_dirname(step))
+    if os.path.exists(d + ".partial"):
+        return f"{d}.partial exists (a copy was interrupted)"
+    info = os.path.join(d, "recover_info", "step_info.json")
+    if not os.path.isfile(info):
+        return f"{info} is missing"
+    ckpt = os.path.join(d, "checkpoints", "default")
+    if not os.path.isdir(ckpt) or not os.listdir(ckpt):
+        return f"{ckpt} is missing or empty"
+    return None
+
+
+def _checkpoint(reader: RecordingReader, start: int) -> list[Finding]:
+    if start == 0:
+        return []
+    base = latest_before(reader.path, start)
+    if base is None:
+        first = min(reader.available_steps(), default=None)
+        if first not in (0, None) and first <= start:
+            return [
+                Finding(
+                    ERROR,
+                    f"no kept recover checkpoint before step {start}, and the "
+                    f"recording starts at step {first}",
+                    "without a checkpoint the replay rebuilds the policy from step 0, "
+                    "which is not recorded",
+                    "record with recover.mode=on (debug.pin_steps keeps what a step "
+                    "needs), or replay from the first recorded step",
+                )
+            ]
+        return [
+            Finding(
+                INFO,
+                f"no kept recover checkpoint before step {start} "
+                f"(kept: {format_ranges(kept_steps(reader.path))})",
+                "the replay runs from step 0 up to it to rebuild the policy (no "
+                "inference, so cheap, but every step before it runs)",
+                "record with recover.mode=on to start right at a step",
+            )
+        ]
+    problem = checkpoint_problem(reader.path, base)
+    if problem:
+        return [
+            Finding(
+                ERROR,
+                f"the kept checkpoint of step {base} is not whole: {problem}",
+                f"the replay would restore it to start at step {base + 1}",
+                "restore the recording's recover/ directory from a copy",
+            )
+        ]
+    between = [s for s in range(base + 1, start) if not reader.has_step(s)]
+    info = Finding(
+        INFO,
+        f"starts from the kept recover checkpoint of step {base}"
+        + (f", then replays steps {base + 1}-{start - 1}" if base + 1 < start else ""),
+        "that is the policy and optimizer state of the dump run before the step",
+        "nothing to do",
+    )
+    if between:
+        return [
+            info,
+            Finding(
+                ERROR,
+                f"steps {format_ranges(between)} between the checkpoint and step "
+                f"{start} are missing",
+                "they must be replayed to reach the step",
+                "pin the step when recording (debug.pin_steps)",
+            ),
+        ]
+    return [info]
+
+
+def _trial_and_trackers(reader: RecordingReader, config, kind: str) -> list[Finding]:
+    m = reader.manifest
+    out = []
+    same = (
+        config.experiment_name == m.experiment_name
+        and config.trial_name == m.trial_name
+    )
+    if kind == "replay" and same:
+        out.append(
+            Finding(
+                ERROR,
+                f"the replay runs as {config.experiment_name}/{config.trial_name}, the "
+                "recorded run's own experiment and trial",
+                "its logs, checkpoints and trackers would be written into the "
+                "recorded run's (AReaL derives all of them from the two names)",
+                "leave debug.replay_trial_name unset (default <trial>_replay) or "
+                "give it another name",
+            )
+        )
+    if kind == "resume" and same:
+        out.append(
+            Finding(
+                INFO,
+                f"resumes {m.experiment_name}/{m.trial_name} into the same recording",
+                "a resumed dump moves the steps it records again to superseded/",
+                "nothing to do if this is a resume",
+            )
+        )
+    rec_wandb = ((m.config.get("stats_logger") or {}).get("wandb")) or {}
+    wandb = config.stats_logger.wandb
+    if kind == "replay" and wandb.mode != "disabled":
+        rec_id = rec_wandb.get("id") or rec_wandb.get("name")
+        cur_id = getattr(wandb, "id", None) or wandb.name
+        if rec_id and cur_id == rec_id:
+            out.append(
+                Finding(
+                    ERROR,
+                    f"wandb run {cur_id!r} is the recorded run's",
+                    "the replay's metrics would be logged into the recorded run",
+                    "set stats_logger.wandb.mode=disabled or another name/id",
+                )
+            )
+        else:
+            out.append(
+                Finding(
+                    INFO,
+                    f"wandb logging is on (mode {wandb.mode})",
+                    "the replay logs a new run",
+                    "set stats_logger.wandb.mode=disabled for a quiet replay",
+                )
+            )
+    return out
+
+
+def _disk(reader: RecordingReader, config, kind: str, start: int, end) -> list[Finding]:
+    root = config.cluster.fileroot
+    probe = root
+    while probe and not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not probe:
+        return []
+    free = shutil.disk_usage(probe).free
+    kept = kept_steps(reader.path)
+    ckpt = (
+        dir_bytes(os.path.join(reader.path, KEPT, step_dirname(kept[-1])))
+        if kept
+        else 0
+    )
+    steps = reader.available_steps()
+    per_step = (
+        sum(dir_bytes(os.path.join(reader.path, step_dirname(s))) for s in steps[-3:])
+        / len(steps[-3:])
+        if steps
+        else 0
+    )
+    if kind == "replay":
+        # A checkpoint installed into the replay trial, and AReaL's own saves.
+        need = 2 * ckpt
+        what = "an installed recover checkpoint and AReaL's own recover save"
+    else:
+        n = (end or config.total_train_steps or len(steps)) - start
+        need = int(max(n, 1) * per_step) + 2 * ckpt
+        what = f"{max(n, 1)} recorded steps of ~{human_bytes(per_step)} and checkpoints"
+    severity = ERROR if free < need else (WARNING if free < 2 * need else INFO)
+    return [
+        Finding(
+            severity,
+            f"{human_bytes(free)} free under {probe}; the run needs about "
+            f"{human_bytes(need)} ({what})",
+            "a full disk stops the recording (or the run) midway"
+            if severity != INFO
+            else "enough room",
+            "free disk space or point cluster.fileroot elsewhere"
+            if severity != INFO
+            else "nothing to do",
+        )
+    ]
+
+
+def _paths(reader: RecordingReader, config, kind: str) -> list[Finding]:
+    out = []
+    target = config.debug.path
+    if target and os.path.realpath(target) != os.path.realpath(reader.path):
+        out.append(
+            Finding(
+                ERROR,
+                f"the command's recording is {target}, not {reader.path}",
+                "doctor checked this recording, but the run would "
+                + ("replay" if kind == "replay" else "write")
+                + " the other one",
+                f"add debug.path={reader.path} to the command",
+            )
+        )
+    model = config.actor.path
+    if model and os.path.isabs(model) and not os.path.isdir(model):
+        out.append(
+            Finding(
+                ERROR,
+                f"actor.path {model} does not exist on this machine",
+                "the actor is built from it (architecture, tokenizer, and the "
+                "weights of step 0)",
+                "copy the model here or point actor.path at a copy",
+            )
+        )
+    return out
+
+
+def _topology(reader: RecordingReader, config) -> list[Finding]:
+    import re
+
+    from areal_debug.launcher.allocation import (
+        allocation_from_backends,
+        training_allocation,
+    )
+
+    try:
+        alloc = config.allocation_mode or allocation_from_backends(
+            config.rollout.backend, config.actor.backend
+        )
+        train, _ = training_allocation(alloc, config.actor.backend)
+    except Exception:  # noqa: BLE001 - an allocation doctor cannot read is no finding
+        return []
+    found = re.search(r"d(\d+)", train)
+    dp = int(found.group(1)) if found else 1
+    recorded = reader.manifest.layout.training_dp_size
+    if dp is None or dp == recorded:
+        return []
+    return [
+        Finding(
+            WARNING,
+            f"the training data-parallel size is {dp}, the dump run's was {recorded}",
+            "each step's batch is re-split for the new layout and the recorded RNG "
+            "states cannot be restored: statistics may differ from the recording",
+            f"replay with the recorded size ({recorded}) for a bitwise replay",
+        )
+    ]
+
+
+def _teacher(reader: RecordingReader, config) -> list[Finding]:
+    teacher = getattr(config, "teacher", None)
+    if (
+        teacher is not None
+        and getattr(teacher, "engine_type", None) == "rollout"
+        and not reader.manifest.recorded_teacher_logp
+    ):
+        return [
+            Finding(
+                ERROR,
+                "the run has a teacher served as an inference engine, the recording "
+                "holds no teacher log-probs",
+                "the replay refuses to start the teacher's servers",
+                "replay without the teacher (teacher=null) or record in "
+                "single-controller mode with it",
+            )
+        ]
+    return []
+
+
+def doctor(path: str, command: list[str]) -> DoctorReport:
+    """Every finding about running ``command`` against the recording at ``path``."""
+    reader = RecordingReader(path)
+    config = load_command_config(command)
+    debug = config.debug
+    kind = "replay" if debug.replay_rollout_data else "resume"
+    findings: list[Finding] = []
+    if not debug.replay_rollout_data and not debug.dump_rollout_data:
+        findings.append(
+            Finding(
+                WARNING,
+                "the command neither replays nor records (no "
+                "debug.replay_rollout_data=true or debug.dump_rollout_data=true)",
+                "it would run a plain AReaL run; checked as a resume",
+                "add debug.replay_rollout_data=true to replay",
+            )
+        )
+    start = debug.replay_start_step or 0
+    end = debug.replay_end_step
+    if end is None and config.total_train_steps is not None:
+        end = config.total_train_steps - 1
+    if end is not None and end < start:
+        findings.append(
+            Finding(
+                ERROR,
+                f"the run ends at step {end} (total_train_steps="
+                f"{config.total_train_steps}, debug.replay_end_step="
+                f"{debug.replay_end_step}) before its start step {start}",
+                "nothing would be replayed",
+                f"set total_train_steps={start + 1} or more",
+            )
+        )
+    current = {"debug": dataclasses.asdict(debug), **dataclasses.asdict(config)}
+    findings += _paths(reader, config, kind)
+    findings += config_differences(reader.manifest.config, current)
+    if kind == "replay":
+        findings += _steps(reader, start, end)
+        findings += _checkpoint(reader, start)
+        findings += _topology(reader, config)
+        findings += _teacher(reader, config)
+    findings += _determinism(reader, config)
+    findings += _versions(reader)
+    findings += _trial_and_trackers(reader, config, kind)
+    findings += _disk(reader, config, kind, start, end)
+    order = {ERROR: 0, WARNING: 1, INFO: 2}
+    findings.sort(key=lambda f: order[f.severity])
+    return DoctorReport(
+        os.path.abspath(path), list(command), kind, start, end, findings
+    )

@@ -1,0 +1,334 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Human-readable views of the inspection results, as rich renderables.
+
+Nothing here prints: :mod:`areal_debug.cli` hands these to a console.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from areal_debug.inspect.common import human_bytes
+from areal_debug.store_reader import format_ranges
+
+if TYPE_CHECKING:  # the modules behind the slow commands import AReaL
+    from areal_debug.inspect.diff import RecordingDiff, RunDiff
+    from areal_debug.inspect.doctor import DoctorReport
+    from areal_debug.inspect.extract import ExtractResult
+    from areal_debug.inspect.listing import RecordingSummary
+    from areal_debug.inspect.plot import PlotResult
+    from areal_debug.inspect.show import StepView
+
+TRUNCATE = 160
+HEADLINE = (
+    "grad_norm",
+    "actor_loss/avg",
+    "task_reward/avg",
+    "importance_weight/avg",
+)  # characters of a text shown without --full
+
+
+def _num(v: Any, digits: int = 6) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        if math.isnan(v) or math.isinf(v):
+            return str(v)
+        return f"{v:.{digits}g}"
+    return str(v)
+
+
+def _cut(text: str | None, full: bool) -> str:
+    if text is None:
+        return ""
+    text = text.replace("\n", "⏎")
+    if full or len(text) <= TRUNCATE:
+        return text
+    return text[:TRUNCATE] + f"… (+{len(text) - TRUNCATE} chars, --full shows all)"
+
+
+def listing(summaries: list[RecordingSummary]) -> Group:
+    if not summaries:
+        return Group(Text("No recordings found (no manifest.json under the path)."))
+    table = Table(title="Recordings", show_lines=True)
+    for col in ("run", "mode", "steps", "pinned", "ckpts", "size", "fmt", "replays"):
+        table.add_column(col, overflow="fold")
+    for s in summaries:
+        if s.error:
+            table.add_row(
+                s.path, "?", "", "", "", human_bytes(s.size_bytes), "?", s.error
+            )
+            continue
+        steps = format_ranges(s.steps)
+        if s.incomplete:
+            steps += f"\nincomplete: {format_ranges(s.incomplete)}"
+        for stop in s.stopped:
+            steps += f"\nstopped at {stop.get('step')} (shard {stop.get('shard')})"
+        replays = "\n".join(f"{r.trial}: {r.verdict}" for r in s.replays) or "none"
+        table.add_row(
+            f"{s.experiment}/{s.trial}\n[dim]{s.path}[/dim]",
+            s.mode,
+            steps,
+            format_ranges(s.pinned) if s.pinned else "-",
+            format_ranges(s.checkpoints) if s.checkpoints else "-",
+            human_bytes(s.size_bytes),
+            f"v{s.format_version}",
+            replays,
+        )
+    return Group(table)
+
+
+def show(view: StepView, full: bool) -> Group:
+    head = Text(
+        f"step {view.step} of {view.recording}: {view.num_trajectories} trajectories "
+        f"in {view.num_shards} shard(s), {view.num_tokens} tokens, policy versions "
+        f"{view.policy_version[0]}-{view.policy_version[1]}"
+        if view.policy_version
+        else f"step {view.step} of {view.recording}: {view.num_trajectories} "
+        f"trajectories in {view.num_shards} shard(s), {view.num_tokens} tokens"
+    )
+    parts: list[Any] = [head]
+    if view.tokenizer:
+        parts.append(
+            Text(f"decoded with the tokenizer at {view.tokenizer}", style="dim")
+        )
+    groups = Table(title="Trajectories (one per prompt; rows = samples)")
+    for col in (
+        "traj",
+        "shard",
+        "samples",
+        "prompt tok",
+        "completion tok",
+        "rewards",
+        "reward mean ± std",
+        "versions",
+        "staleness",
+    ):
+        groups.add_column(col, justify="right" if col != "rewards" else "left")
+    for t in view.trajectories:
+        versions = [s.versions for s in t.sequences if s.versions]
+        stale = [s.staleness for s in t.sequences if s.staleness]
+        groups.add_row(
+            str(t.index),
+            f"{t.shard}:{t.index_in_shard}",
+            str(len(t.sequences)),
+            _minmax([s.prompt_tokens for s in t.sequences]),
+            _minmax([s.completion_tokens for s in t.sequences]),
+            " ".join(_num(s.reward, 3) for s in t.sequences),
+            f"{_num(t.reward_mean, 3)} ± {_num(t.reward_std, 3)}",
+            _minmax([v for r in versions for v in r]) if versions else "-",
+            _minmax([v for r in stale for v in r]) if stale else "-",
+        )
+    parts.append(groups)
+    if view.tokenizer:
+        for t in view.trajectories:
+            texts = Table(title=f"Trajectory {t.index}", show_lines=True, expand=True)
+            texts.add_column("row", justify="right", width=3)
+            texts.add_column("reward", justify="right", width=7)
+            texts.add_column("prompt", ratio=1, overflow="fold")
+            texts.add_column("completion", ratio=1, overflow="fold")
+            for s in t.sequences:
+                texts.add_row(
+                    str(s.row),
+                    _num(s.reward, 3),
+                    _cut(s.prompt_text, full),
+                    _cut(s.completion_text, full),
+                )
+            parts.append(texts)
+    if view.stats is not None:
+        picked = {
+            k: v
+            for k, v in view.stats.items()
+            if k.endswith(
+                (
+                    "grad_norm",
+                    "actor_loss/avg",
+                    "task_reward/avg",
+                    "importance_weight/avg",
+                )
+            )
+        }
+        if picked:
+            parts.append(
+                Text(
+                    "recorded: "
+                    + ", ".join(f"{k} {_num(v)}" for k, v in picked.items())
+                )
+            )
+    return Group(*parts)
+
+
+def _minmax(values: list[int]) -> str:
+    if not values:
+        return "-"
+    lo, hi = min(values), max(values)
+    return str(lo) if lo == hi else f"{lo}-{hi}"
+
+
+def recording_diff(d: RecordingDiff) -> Group:
+    parts: list[Any] = [Text(f"a: {d.a}\nb: {d.b}")]
+    if d.steps_only_in_a or d.steps_only_in_b:
+        parts.append(
+            Text(
+                f"steps only in a: {format_ranges(d.steps_only_in_a)}; only in b: "
+                f"{format_ranges(d.steps_only_in_b)}"
+            )
+        )
+    if d.first is None:
+        parts.append(
+            Text(
+                f"identical batches at every common step "
+                f"({format_ranges(d.identical_steps)})",
+                style="green",
+            )
+        )
+        return Group(*parts)
+    f = d.first
+    where = [f"step {f.step}"]
+    if f.shard is not None:
+        where.append(f"shard {f.shard}")
+    if f.trajectory is not None:
+        where.append(f"trajectory {f.trajectory}")
+    if f.key:
+        where.append(f"key {f.key!r}")
+    if f.element is not None:
+        where.append(f"element {tuple(f.element)}")
+    parts.append(
+        Text("first difference: " + ", ".join(where) + f" ({f.what})", style="bold red")
+    )
+    parts.append(Text(f"  a: {f.a!r}\n  b: {f.b!r}"))
+    if d.identical_steps:
+        parts.append(
+            Text(f"identical before it: steps {format_ranges(d.identical_steps)}")
+        )
+    if d.stats_of_first:
+        table = Table(title=f"Recorded statistics that differ at step {f.step}")
+        for col in ("metric", "a", "b", "rel diff"):
+            table.add_column(col, justify="left" if col == "metric" else "right")
+        for r in d.stats_of_first[:25]:
+            table.add_row(r.metric, _num(r.a), _num(r.b), _num(r.rel_diff, 3))
+        parts.append(table)
+    return Group(*parts)
+
+
+def run_diff(d: RunDiff, all_metrics: bool, metrics: list[str] | None) -> Group:
+    parts: list[Any] = [Text(f"a ({d.a_label}): {d.a}\nb ({d.b_label}): {d.b}")]
+    rows = d.rows
+    if metrics:
+        rows = [r for r in rows if r.metric in metrics]
+    elif not all_metrics:
+        # Headline metrics at every step, and whatever differs at the first
+        # divergent step (--all shows everything).
+        first = d.first_divergence
+        rows = [
+            r
+            for r in rows
+            if r.metric.endswith(HEADLINE)
+            or (first is not None and r.step == first.step and r.status != "identical")
+        ]
+    table = Table(title="Per-step statistics")
+    for col in ("step", "metric", d.a_label, d.b_label, "rel diff", "status"):
+        table.add_column(
+            col, justify="left" if col in ("metric", "status") else "right"
+        )
+    for r in rows:
+        style = "red" if r.status == "diverged" else None
+        table.add_row(
+            str(r.step),
+            r.metric,
+            _num(r.a, 10),
+            _num(r.b, 10),
+            _num(r.rel_diff, 3),
+            r.status,
+            style=style,
+        )
+    parts.append(table)
+    f = d.first_divergence
+    if f is None:
+        parts.append(
+            Text(
+                f"No divergence: steps {format_ranges(d.steps)} identical in every metric.",
+                style="green",
+            )
+        )
+    else:
+        parts.append(
+            Text(
+                f"First divergence: step {f.step}, metric {f.metric}: {d.a_label} {f.a!r}, "
+                f"{d.b_label} {f.b!r} (rel diff {_num(f.rel_diff, 3)})",
+                style="bold red",
+            )
+        )
+    return Group(*parts)
+
+
+def plot_result(r: PlotResult) -> Text:
+    verdict = (
+        f"first divergence at step {r.first_divergence[0]} ({r.first_divergence[1]})"
+        if r.first_divergence
+        else "no divergence"
+    )
+    return Text(
+        f"wrote {r.path}: {len(r.metrics)} metrics over steps {format_ranges(r.steps)}, "
+        f"{r.a_label} vs {r.b_label}; {verdict}"
+    )
+
+
+def extract_result(r: ExtractResult) -> Text:
+    lines = [
+        f"extracted step {r.source_step} of {r.source}",
+        f"  into {r.out} ({human_bytes(r.size_bytes)})",
+        f"  recording   {r.recording} (steps {format_ranges(r.steps_written)}"
+        + (
+            f", recover checkpoint of step {r.checkpoint}"
+            if r.checkpoint is not None
+            else ""
+        )
+        + ")",
+        f"  trajectories {'all' if r.trajectories is None else format_ranges(r.trajectories)}",
+        f"  test        {r.test_file}",
+        f"  faithful    {'yes' if r.faithful else 'NO'}",
+        "",
+        r.asserts,
+    ]
+    lines += [f"NOTE: {n}" for n in r.notes]
+    lines += ["", f"run it:  python -m pytest -q {r.out}"]
+    return Text("\n".join(lines))
+
+
+_SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
+
+
+def doctor_report(r: DoctorReport) -> Group:
+    parts: list[Any] = [
+        Text(
+            f"{r.kind} of {r.recording}, steps {r.start_step}-"
+            f"{'end' if r.end_step is None else r.end_step}"
+        )
+    ]
+    table = Table(show_lines=True, expand=True)
+    table.add_column("severity", width=8)
+    table.add_column("what", ratio=3, overflow="fold")
+    table.add_column("why it matters", ratio=3, overflow="fold")
+    table.add_column("what to do", ratio=2, overflow="fold")
+    for f in r.findings:
+        table.add_row(
+            Text(f.severity, style=_SEVERITY_STYLE[f.severity]), f.what, f.why, f.fix
+        )
+    parts.append(table)
+    counts = {
+        s: sum(f.severity == s for f in r.findings)
+        for s in ("error", "warning", "info")
+    }
+    parts.append(
+        Text(
+            f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} note(s)",
+            style="bold red" if counts["error"] else "green",
+        )
+    )
+    return Group(*parts)

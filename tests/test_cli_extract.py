@@ -1,0 +1,138 @@
+# SPDX-License-Identifier: Apache-2.0
+"""areal-debug extract: a step of the session's ``spmd_d1`` recording as a
+self-contained reproducer whose generated test replays it through AReaL's real
+actor (the one replay this module starts) and fails on an altered payload."""
+
+import json
+import os
+import shutil
+import sys
+
+import pytest
+from support.harness import run_logged
+from test_cli_inspect import flip_reward, rewrite_payload
+
+from areal_debug.cli import main
+from areal_debug.store_format import MANIFEST, step_dirname
+from areal_debug.store_reader import RecordingReader
+
+pytestmark = pytest.mark.areal
+
+STEP = 2
+
+
+def run_generated_tests(directory, cwd, name: str) -> tuple[int, str]:
+    """``python -m pytest DIR`` from a fresh directory; every process it starts
+    is ended (its own session), also on failure or timeout."""
+    os.makedirs(cwd, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # What a person running the reproducer has: no test-suite paths.
+    env.pop("PYTHONPATH", None)
+    # Its own --basetemp: a numbered one would make pytest prune older numbered
+    # directories, this session's (and its recordings) among them.
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"--basetemp={cwd}/basetemp",
+        str(directory),
+    ]
+    return run_logged(cmd, str(cwd), name, env, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def extracted(spmd_d1, tmp_path_factory):
+    out = tmp_path_factory.mktemp("extract") / "repro"
+    assert (
+        main(["extract", spmd_d1.path, "--step", str(STEP), "-o", str(out), "--json"])
+        == 0
+    )
+    return out
+
+
+def test_extract_writes_a_faithful_valid_recording(extracted, spmd_d1, capsys):
+    rec = extracted / "recording"
+    reader = RecordingReader(str(rec))
+    # The kept checkpoint of step 1 restores the policy before step 2.
+    assert reader.available_steps() == [STEP]
+    assert os.path.isdir(rec / "recover" / step_dirname(STEP - 1))
+    assert main(["verify", str(rec)]) == 0
+    assert "0 problem(s)" in capsys.readouterr().out
+    # Byte for byte the recorded step: same payload checksum as the source.
+    source = RecordingReader(spmd_d1.path).step_meta(STEP)["shards"][0]["sha256"]
+    assert reader.step_meta(STEP)["shards"][0]["sha256"] == source
+    with open(rec / MANIFEST) as f:
+        origin = json.load(f)["extracted_from"]
+    assert origin["faithful"] is True and origin["checkpoint"] == STEP - 1
+    test_file = (extracted / f"test_replay_step_{STEP}.py").read_text()
+    assert "Faithful" in test_file and "OMP_NUM_THREADS" in test_file
+    assert str(spmd_d1.workdir / "model") in test_file  # the recorded actor.path
+    assert "AREAL_DEBUG_REPRO_MODEL" in test_file and "master-port" in test_file
+
+
+def test_generated_test_replays_the_step_and_fails_on_altered_payloads(
+    extracted, tmp_path
+):
+    rc, log = run_generated_tests(extracted, tmp_path / "fresh", "repro")
+    assert rc == 0 and "2 passed" in log, log[-4000:]
+
+    # A flipped byte: the checksum check fails, before any replay starts.
+    flipped = tmp_path / "flipped"
+    shutil.copytree(extracted, flipped)
+    payload = next((flipped / "recording" / step_dirname(STEP)).glob("shard-00000.pt*"))
+    data = bytearray(payload.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    payload.write_bytes(bytes(data))
+    rc, log = run_generated_tests(flipped, tmp_path / "fresh-flipped", "flipped")
+    assert rc != 0 and "Checksum mismatch" in log, log[-4000:]
+
+    # A changed reward with every checksum fixed: still not the extracted batch.
+    edited = tmp_path / "edited"
+    shutil.copytree(extracted, edited)
+    rewrite_payload(str(edited / "recording"), STEP, 0, flip_reward)
+    assert main(["verify", str(edited / "recording")]) == 0
+    rc, log = run_generated_tests(edited, tmp_path / "fresh-edited", "edited")
+    assert rc != 0 and "not the ones extracted" in log, log[-4000:]
+    assert "2 failed" in log
+
+
+def test_subset_and_checkpointless_extracts_say_what_they_can_assert(
+    spmd_d1, tmp_path, capsys
+):
+    out = tmp_path / "subset"
+    argv = ["extract", spmd_d1.path, "--step", "3", "--traj", "0,5", "-o", str(out)]
+    assert main([*argv, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["faithful"] is False and result["trajectories"] == [0, 5]
+    reader = RecordingReader(str(out / "recording"))
+    assert reader.step_meta(3)["num_trajectories"] == 2
+    whole = RecordingReader(spmd_d1.path).load_shard(3, 0)
+    subset = reader.load_shard(3, 0)
+    assert subset[1]["input_ids"].equal(whole[5]["input_ids"])
+    assert reader.recorded_stats(3) == {}  # none of the recorded ones applies
+    text = (out / "test_replay_step_3.py").read_text()
+    assert "none of them applies" in text and "FAITHFUL = False" in text
+
+    out = tmp_path / "nockpt"
+    assert (
+        main(
+            ["extract", spmd_d1.path, "--step", "3", "--no-checkpoint", "-o", str(out)]
+        )
+        == 0
+    )
+    shown = capsys.readouterr().out
+    assert "NOT A FAITHFUL REPLAY of step 3" in shown
+    reader = RecordingReader(str(out / "recording"))
+    # Renumbered: without a checkpoint a replay can only start at step 0.
+    assert reader.available_steps() == [0]
+    kept = reader.recorded_stats(0)
+    assert kept["ppo_actor/n_seqs"] == 32 and "ppo_actor/update/grad_norm" not in kept
+    assert main(["verify", str(out / "recording")]) == 0
+    capsys.readouterr()
+    compile((out / "test_replay_step_3.py").read_text(), "generated", "exec")
+    # An existing, non-empty directory is refused.
+    assert main([*argv]) == 1
+    assert "is not empty" in capsys.readouterr().err

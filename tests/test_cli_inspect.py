@@ -1,0 +1,339 @@
+# SPDX-License-Identifier: Apache-2.0
+"""areal-debug ls / show / diff / plot / doctor on real recordings and replays.
+
+The process-level tests read the session's ``spmd_d1`` recording (5 steps,
+recover checkpoints, anomaly pins) and its replay ``spmd_d1_replay``; none
+starts a process of its own.
+"""
+
+import glob
+import json
+import os
+import shutil
+
+import pytest
+import torch
+from support.recordings import DROPOUT, SPMD_D1_STEPS
+from test_store import record, traj
+
+from areal_debug.cli import main
+from areal_debug.packed_payload import pack
+from areal_debug.store_format import (
+    STEP_META,
+    atomic_write_json,
+    shard_meta_name,
+    step_dirname,
+)
+from areal_debug.store_reader import RecordingReader
+from areal_debug.store_writer import save_payload
+
+CONFIG = os.path.join(os.path.dirname(__file__), "configs", "tiny_fake.yaml")
+
+
+def rewrite_payload(rec: str, step: int, shard: int, change) -> None:
+    """Change a recorded batch with ``change(batch)`` and fix every checksum, as
+    someone editing a recording on purpose would."""
+    batch = RecordingReader(rec).load_shard(step, shard)
+    change(batch)
+    step_dir = os.path.join(rec, step_dirname(step))
+    meta_path = os.path.join(step_dir, STEP_META)
+    with open(meta_path) as f:
+        meta = json.load(f)
+    entry = meta["shards"][shard]
+    stored = save_payload(
+        os.path.join(step_dir, entry["file"]), pack(batch), entry.get("codec", "none")
+    )
+    fixed = {k: stored[k] for k in ("bytes", "raw_bytes", "sha256")}
+    entry.update(fixed)
+    atomic_write_json(meta_path, meta)
+    shard_path = os.path.join(step_dir, shard_meta_name(shard))
+    with open(shard_path) as f:
+        shard_meta = json.load(f)
+    atomic_write_json(shard_path, {**shard_meta, **fixed})
+
+
+def flip_reward(batch) -> None:
+    batch[1]["rewards"][1] = batch[1]["rewards"][1] + 0.25
+
+
+def run_json(capsys, *argv) -> tuple[int, object]:
+    rc = main([argv[0], "--json", *argv[1:]])
+    out = capsys.readouterr().out
+    return rc, json.loads(out)
+
+
+def report_path(workdir, trial="t0_replay") -> str:
+    (path,) = glob.glob(
+        os.path.join(
+            str(workdir), "root", "logs", "*", "tiny", trial, "replay_report.json"
+        )
+    )
+    return path
+
+
+# -- small recordings through the real writer ------------------------------------
+def test_diff_of_two_recordings_names_the_first_differing_element(tmp_path, capsys):
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    steps = {0: [[traj(0), traj(1)]], 1: [[traj(2), traj(3)]]}
+    record(a, steps)
+    record(b, steps)
+    rc, same = run_json(capsys, "diff", a, b)
+    assert rc == 0 and same["first"] is None and same["identical_steps"] == [0, 1]
+    rewrite_payload(b, 1, 0, flip_reward)
+    rc, d = run_json(capsys, "diff", a, b)
+    first = d["first"]
+    assert rc == 3
+    assert (first["step"], first["shard"], first["trajectory"], first["key"]) == (
+        1,
+        0,
+        1,
+        "rewards",
+    )
+    assert first["element"] == [1] and first["what"] == "value"
+    assert first["b"] == pytest.approx(first["a"] + 0.25)
+    assert d["identical_steps"] == [0]
+    # The table names the same place.
+    assert main(["diff", a, b]) == 3
+    out = capsys.readouterr().out
+    assert "first difference: step 1, shard 0, trajectory 1, key 'rewards'" in out
+
+
+def test_ls_finds_every_recording_under_a_root(tmp_path, capsys):
+    record(
+        str(tmp_path / "x" / "exp" / "t1" / "areal_debug_recording"), {0: [[traj(0)]]}
+    )
+    record(
+        str(tmp_path / "y" / "areal_debug_recording"), {0: [[traj(1)]], 1: [[traj(2)]]}
+    )
+    os.unlink(tmp_path / "y" / "areal_debug_recording" / step_dirname(1) / STEP_META)
+    rc, found = run_json(capsys, "ls", str(tmp_path))
+    assert rc == 0 and len(found) == 2
+    y = next(r for r in found if r["path"].startswith(str(tmp_path / "y")))
+    assert y["steps"] == [0] and y["incomplete"] == [1] and y["replays"] == []
+
+
+def test_show_without_stats_and_without_decoding(tmp_path, capsys):
+    record(str(tmp_path), {0: [[traj(0, group=3, length=6)]]})
+    rc, view = run_json(capsys, "show", str(tmp_path), "--step", "0")
+    assert rc == 0 and view["stats"] is None
+    (t,) = view["trajectories"]
+    assert len(t["sequences"]) == 3 and t["sequences"][0]["completion_tokens"] == 6
+    assert t["sequences"][0]["prompt_text"] is None
+
+
+@pytest.mark.parametrize(
+    "argv, code, message",
+    [
+        (["show", "{missing}", "--step", "0"], 2, "No recording at"),
+        (["ls", "{missing}"], 2, "does not exist"),
+        (["diff", "{missing}", "{rec}"], 2, "does not exist"),
+        (["show", "{rec}", "--step", "7"], 1, "Step 7 is not a complete step"),
+        (["show", "{rec}", "--step", "0", "--traj", "x"], 1, "is not a number"),
+        (["show", "{rec}", "--step", "0", "--traj", "5"], 1, "do not exist"),
+        (
+            ["show", "{rec}", "--step", "0", "--tokenizer", "{missing}"],
+            1,
+            "Cannot load the tokenizer",
+        ),
+        (["plot", "{rec}", "-o", "{missing}/x.png"], 1, "is a recording"),
+        (["extract", "{rec}", "--step", "3", "-o", "{missing}"], 1, "Step 3 is not"),
+        (["doctor", "{rec}", "--", "python", "train.py"], 1, "No --config"),
+    ],
+)
+def test_bad_input_is_one_clear_line(tmp_path, capsys, argv, code, message):
+    rec = str(tmp_path / "rec")
+    record(rec, {0: [[traj(0)]]})
+    missing = str(tmp_path / "missing")
+    argv = [a.format(rec=rec, missing=missing) for a in argv]
+    assert main(argv) == code
+    err = capsys.readouterr().err
+    assert err.startswith("areal-debug: ") and message in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_every_subcommand_has_help_with_examples(capsys):
+    for command in ("ls", "show", "diff", "plot", "extract", "doctor"):
+        with pytest.raises(SystemExit) as e:
+            main([command, "--help"])
+        assert e.value.code == 0
+        out = capsys.readouterr().out
+        assert "examples:" in out and f"areal-debug {command}" in out
+
+
+# -- the session's real recording and replay ------------------------------------------
+@pytest.mark.areal
+def test_ls_shows_pins_checkpoints_and_the_replay_verdict(
+    spmd_d1, spmd_d1_replay, capsys
+):
+    assert spmd_d1_replay.returncode == 0, spmd_d1_replay.log[-3000:]
+    rc, found = run_json(capsys, "ls", str(spmd_d1.workdir / "root"))
+    assert rc == 0
+    (rec,) = [r for r in found if r["trial"] == "t0"]
+    steps = list(range(SPMD_D1_STEPS))
+    assert (rec["experiment"], rec["mode"], rec["format_version"]) == (
+        "tiny",
+        "spmd",
+        2,
+    )
+    assert rec["steps"] == steps and rec["incomplete"] == []
+    # The anomaly threshold fires at every step: each pins itself and two before.
+    assert rec["pinned"] == steps and rec["checkpoints"] == steps
+    assert rec["size_bytes"] > 0
+    replay = next(r for r in rec["replays"] if r["trial"] == "t0_replay")
+    assert replay["all_identical"] is True and replay["steps"] == steps
+    assert main(["ls", spmd_d1.path]) == 0
+    out = capsys.readouterr().out
+    assert "tiny/t0" in out and "t0_replay: identical" in out
+
+
+@pytest.mark.areal
+def test_show_decodes_with_the_recorded_tokenizer(spmd_d1, capsys):
+    rc, view = run_json(capsys, "show", spmd_d1.path, "--step", "2", "--decode")
+    assert rc == 0
+    assert view["num_trajectories"] == len(view["trajectories"]) == 8
+    t = view["trajectories"][0]
+    assert len(t["sequences"]) == 4  # gconfig.n_samples
+    s = t["sequences"][0]
+    assert s["prompt_text"].startswith("user: what is") and s["completion_tokens"] > 0
+    assert s["versions"] == [2, 2] and s["staleness"] == [0, 0]
+    rewards = [q["reward"] for q in t["sequences"]]
+    assert t["reward_mean"] == pytest.approx(sum(rewards) / len(rewards))
+    assert (
+        view["stats"]["ppo_actor/update/grad_norm"]
+        == (spmd_d1.run.stats_by_step()[2]["ppo_actor/update/grad_norm"])
+    )
+    assert main(["show", spmd_d1.path, "--step", "2", "--traj", "1", "--decode"]) == 0
+    out = capsys.readouterr().out
+    assert "Trajectory 1" in out and "assistant:" in out
+
+
+@pytest.mark.areal
+def test_diff_of_a_replay_and_its_recording(spmd_d1, spmd_d1_replay, capsys):
+    report = report_path(spmd_d1.workdir)
+    rc, d = run_json(capsys, "diff", report)
+    assert rc == 0 and d["first_divergence"] is None
+    assert d["steps"] == list(range(SPMD_D1_STEPS))
+    grad = [r for r in d["rows"] if r["metric"] == "ppo_actor/update/grad_norm"]
+    assert [r["a"] for r in grad] == [r["b"] for r in grad]
+    assert all(r["status"] == "identical" for r in d["rows"])
+    # Two reports: the same replay against itself, side by side.
+    rc, d = run_json(capsys, "diff", report, os.path.dirname(report))
+    assert rc == 0 and d["first_divergence"] is None
+
+
+@pytest.mark.areal
+def test_diff_of_an_edited_copy_names_step_and_metric(spmd_d1, tmp_path, capsys):
+    copy = str(tmp_path / "rec")
+    shutil.copytree(spmd_d1.path, copy, ignore=shutil.ignore_patterns("recover"))
+    rewrite_payload(copy, 3, 0, flip_reward)
+    # An edited stats.json too: the run comparison names that step and metric.
+    stats_path = os.path.join(copy, step_dirname(3), "stats.json")
+    with open(stats_path) as f:
+        stats = json.load(f)
+    stats["stats"]["ppo_actor/update/grad_norm"] *= 2
+    atomic_write_json(stats_path, stats)
+    rc, d = run_json(capsys, "diff", spmd_d1.path, copy)
+    assert rc == 3
+    assert (d["first"]["step"], d["first"]["trajectory"], d["first"]["key"]) == (
+        3,
+        1,
+        "rewards",
+    )
+    assert d["identical_steps"] == [0, 1, 2]
+    assert any(r["metric"] == "ppo_actor/update/grad_norm" for r in d["stats_of_first"])
+    rc, runs = run_json(capsys, "diff", report_path(spmd_d1.workdir), copy)
+    first = runs["first_divergence"]
+    assert rc == 3 and first["step"] == 3
+    assert first["metric"] == "ppo_actor/update/grad_norm"
+
+
+@pytest.mark.areal
+def test_plot_draws_a_readable_png(spmd_d1, spmd_d1_replay, tmp_path, capsys):
+    import matplotlib.image
+
+    out = tmp_path / "replay.png"
+    rc, result = run_json(capsys, "plot", report_path(spmd_d1.workdir), "-o", str(out))
+    assert rc == 0 and result["first_divergence"] is None
+    assert "ppo_actor/update/grad_norm" in result["metrics"]
+    assert out.stat().st_size > 20_000
+    img = matplotlib.image.imread(str(out))
+    height, width = img.shape[:2]
+    assert width >= 1000 and height >= 600
+    colours = torch.from_numpy((img[..., :3] * 255).round()).to(torch.int32)
+    packed = colours[..., 0] * 65536 + colours[..., 1] * 256 + colours[..., 2]
+    distinct = packed.unique().numel()
+    # Lines, markers, text and anti-aliasing: far more than a blank figure's few.
+    assert distinct > 100, distinct
+    # Both series' colours (matplotlib's blue and orange) are drawn.
+    for rgb in ((31, 119, 180), (255, 127, 14)):
+        assert (packed == rgb[0] * 65536 + rgb[1] * 256 + rgb[2]).any(), rgb
+
+
+def _doctor_argv(spmd_d1, *extra) -> list[str]:
+    workdir = spmd_d1.workdir
+    return [
+        "doctor",
+        spmd_d1.path,
+        "--",
+        "torchrun",
+        "--nproc-per-node",
+        "1",
+        "train.py",
+        "--config",
+        CONFIG,
+        f"cluster.fileroot={workdir}/root",
+        f"actor.path={workdir}/model",
+        *DROPOUT,
+        "debug.replay_rollout_data=true",
+        f"total_train_steps={SPMD_D1_STEPS}",
+        *extra,
+    ]
+
+
+@pytest.mark.areal
+def test_doctor_passes_a_faithful_replay_and_names_each_problem(
+    spmd_d1, tmp_path, capsys
+):
+    rc, report = run_json(capsys, *_doctor_argv(spmd_d1, "debug.replay_start_step=3"))
+    assert rc == 0, report
+    assert report["kind"] == "replay" and report["start_step"] == 3
+    severities = {f["severity"] for f in report["findings"]}
+    assert "error" not in severities
+    assert any(
+        "kept recover checkpoint of step 2" in f["what"] for f in report["findings"]
+    )
+    # Training changes, broken groups, the recorded trial, missing steps, a
+    # checkpoint that is not whole.
+    broken = shutil.copytree(
+        spmd_d1.path, spmd_d1.workdir / "doctor-copy", dirs_exist_ok=True
+    )
+    try:
+        os.unlink(
+            broken / "recover" / step_dirname(2) / "recover_info" / "step_info.json"
+        )
+        argv = _doctor_argv(
+            spmd_d1,
+            f"debug.path={broken}",
+            "debug.replay_start_step=3",
+            "total_train_steps=7",
+            "actor.optimizer.lr=1e-5",
+            "gconfig.n_samples=2",
+            "debug.replay_trial_name=t0",
+        )
+        argv[1] = str(broken)
+        rc, report = run_json(capsys, *argv)
+        assert main(argv) == 1
+        out = capsys.readouterr().out
+    finally:
+        shutil.rmtree(broken)
+    assert "error(s)" in out and "what to do" in out
+    assert rc == 1
+    by_severity = {}
+    for f in report["findings"]:
+        assert f["what"] and f["why"] and f["fix"]
+        by_severity.setdefault(f["severity"], []).append(f["what"])
+    errors = " | ".join(by_severity["error"])
+    assert "gconfig.n_samples is 2, the recording was made with 4" in errors
+    assert "steps 5-6" in errors and "tiny/t0" in errors
+    assert "checkpoint of step 2 is not whole" in errors
+    assert any("actor.optimizer.lr" in w for w in by_severity["warning"])
