@@ -17,11 +17,10 @@ import shutil
 from areal.utils import logging
 
 from areal_debug.areal_compat import recover_paths, write_dataloader_state
-from areal_debug.store_format import list_step_dirs, step_dirname
+from areal_debug.store_format import KEPT, kept_steps, step_dirname
 
 logger = logging.getLogger("DebugCheckpoints")
 
-KEPT = "recover"
 _INFO = "recover_info"
 _CHECKPOINTS = "checkpoints"
 
@@ -103,11 +102,6 @@ def keep(config, recording: str, step: int, names: list[str]) -> str:
         f"Kept the recover checkpoint of step {step} in {dst}: {copy.describe()}"
     )
     return dst
-
-
-def kept_steps(recording: str) -> list[int]:
-    root = os.path.join(recording, KEPT)
-    return list(list_step_dirs(root)) if os.path.isdir(root) else []
 
 
 def latest_before(recording: str, step: int) -> int | None:

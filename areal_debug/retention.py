@@ -177,17 +177,6 @@ def _useful_checkpoints(steps: list[int], checkpoints: Mapping[int, int]) -> set
     return useful
 
 
-def dir_bytes(path: str) -> int:
-    total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:
-                pass
-    return total
-
-
 def remove_whole(parent: str, name: str) -> None:
     """Rename ``parent/name`` out of the recording's namespace, then delete it."""
     src = os.path.join(parent, name)

@@ -70,6 +70,28 @@ def list_step_dirs(path: str) -> dict[int, str]:
     return dict(sorted(out.items()))
 
 
+# Recover checkpoints kept with a recording (areal_debug/checkpoints.py).
+KEPT = "recover"
+
+
+def kept_steps(recording: str) -> list[int]:
+    """Steps whose recover checkpoint is kept with the recording."""
+    root = os.path.join(recording, KEPT)
+    return list(list_step_dirs(root)) if os.path.isdir(root) else []
+
+
+def dir_bytes(path: str) -> int:
+    """Bytes of the files under ``path`` (files vanishing meanwhile count 0)."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
 def payload_suffix(codec: str) -> str:
     return ".pt.zst" if codec == "zstd" else ".pt"
 

@@ -20,7 +20,6 @@ import torch
 from areal.utils import logging
 
 from areal_debug import retention
-from areal_debug.checkpoints import KEPT, kept_steps
 from areal_debug.manifest import Manifest
 from areal_debug.packed_payload import pack
 from areal_debug.snapshot import (
@@ -33,6 +32,7 @@ from areal_debug.snapshot import (
 from areal_debug.store_format import (
     ANOMALY,
     FORMAT_VERSION,
+    KEPT,
     MANIFEST,
     RNG,
     STATS,
@@ -44,6 +44,8 @@ from areal_debug.store_format import (
     atomic_write_json,
     complete_step_dirs,
     describe_batch,
+    dir_bytes,
+    kept_steps,
     list_step_dirs,
     read_json,
     shard_meta_name,
@@ -452,7 +454,7 @@ class RecordingWriter:
         # A complete step (or kept checkpoint) does not change: measure it once.
         if directory in self._sizes:
             return self._sizes[directory]
-        size = retention.dir_bytes(directory)
+        size = dir_bytes(directory)
         if cache:
             self._sizes[directory] = size
         return size

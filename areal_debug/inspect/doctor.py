@@ -17,10 +17,9 @@ from typing import Any
 
 import torch
 
-from areal_debug.checkpoints import KEPT, kept_steps, latest_before
+from areal_debug.checkpoints import latest_before
 from areal_debug.inspect.common import InspectError, human_bytes, package_version
-from areal_debug.retention import dir_bytes
-from areal_debug.store_format import step_dirname
+from areal_debug.store_format import KEPT, dir_bytes, kept_steps, step_dirname
 from areal_debug.store_reader import RecordingReader, format_ranges
 
 ERROR, WARNING, INFO = "error", "warning", "info"

@@ -17,32 +17,14 @@ from areal_debug.inspect.common import (
 from areal_debug.replay_report import REPORT_NAME, ReplayReport
 from areal_debug.store_format import (
     ANOMALY,
+    KEPT,
     RecordingError,
+    dir_bytes,
+    kept_steps,
     list_step_dirs,
     read_json,
 )
 from areal_debug.store_reader import RecordingReader
-
-# checkpoints.KEPT and retention.dir_bytes, not imported from there: those
-# modules import AReaL, which takes seconds that `ls` does not otherwise need.
-KEPT = "recover"
-
-
-def kept_steps(recording: str) -> list[int]:
-    root = os.path.join(recording, KEPT)
-    return list(list_step_dirs(root)) if os.path.isdir(root) else []
-
-
-def dir_bytes(path: str) -> int:
-    total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:
-                pass
-    return total
-
 
 # Directories no recording lives in: AReaL's own trees and a recording's insides.
 _SKIP_DIRS = {"name_resolve", "checkpoints", KEPT, "superseded", "__pycache__"}
