@@ -73,10 +73,12 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_verify(args) -> int:
+    from areal_debug.inspect.common import track
+
     reader = RecordingReader(args.path)
     steps = reader.available_steps()
     checked, problems = 0, []
-    for step in steps:
+    for step in track(steps, "verifying", total=len(steps)):
         for shard in range(reader.step_meta(step)["num_shards"]):
             checked += 1
             try:

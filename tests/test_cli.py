@@ -35,3 +35,25 @@ def test_bad_path_is_one_clear_line(tmp_path, capsys):
     assert main(["inspect", str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("areal-debug: No recording at") and "Traceback" not in err
+
+
+def test_verify_shows_progress_only_to_a_person(tmp_path, capsys, monkeypatch):
+    from areal_debug.inspect import common
+
+    record(str(tmp_path), {0: [[traj(0)]], 1: [[traj(1)]], 2: [[traj(2)]]})
+    seen = []
+    real_track = common.track
+    monkeypatch.setattr(
+        common,
+        "track",
+        lambda items, *a, **k: (
+            seen.append(list(items)),
+            real_track(seen[-1], *a, **k),
+        )[1],
+    )
+    assert main(["verify", str(tmp_path)]) == 0
+    assert seen == [[0, 1, 2]]
+    # Captured output is not a terminal: the bar stays off, the report is whole.
+    assert capsys.readouterr().out.endswith(
+        "3/3 payloads of 3 steps verified; 0 problem(s).\n"
+    )
