@@ -644,12 +644,12 @@ import glob
 import json
 import math
 import os
-import signal
-import socket
 import subprocess
 import sys
 
 import pytest
+
+from areal_debug.testing import end_process, free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RECORDING = os.path.join(HERE, "recording")
@@ -700,27 +700,6 @@ def test_extracted_payloads_are_intact():
     _check_payloads()
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _end(proc):
-    """End the replay and everything it started (its own session)."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=15)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
 def _replay(tmp_path):
     root = tmp_path / "root"
     os.makedirs(root / "name_resolve", exist_ok=True)
@@ -738,7 +717,7 @@ def _replay(tmp_path):
             "-m",
             "torch.distributed.run",
             f"--nproc-per-node={{NPROC}}",
-            f"--master-port={{_free_port()}}",
+            f"--master-port={{free_port()}}",
         ]
     else:
         env.pop("AREAL_SPMD_MODE", None)
@@ -757,7 +736,7 @@ def _replay(tmp_path):
     try:
         rc = proc.wait(timeout=TIMEOUT)
     finally:
-        _end(proc)
+        end_process(proc)  # the replay and all it started
     tail = "\\n".join(log.read_text(errors="replace").splitlines()[-40:])
     assert rc == 0, f"the replay failed (exit {{rc}}); {{log}} ends with:\\n{{tail}}"
     reports = glob.glob(str(root / "logs" / "*" / "*" / "*" / "replay_report.json"))
