@@ -39,7 +39,7 @@ bench: setup
 	$(PY) benchmarks/dump_overhead.py
 	OMP_NUM_THREADS=1 $(PY) benchmarks/compression.py
 	OMP_NUM_THREADS=1 $(PY) benchmarks/fetch_overhead.py
-	OMP_NUM_THREADS=1 $(PY) benchmarks/replay_wait.py
+	d=$$(mktemp -d) && OMP_NUM_THREADS=1 $(PY) benchmarks/replay_wait.py --workdir $$d && OMP_NUM_THREADS=1 $(PY) benchmarks/stage_digest_cost.py --workdir $$d --reuse; s=$$?; rm -rf $$d; exit $$s
 
 clean:
 	rm -rf $(VENV)

@@ -251,6 +251,37 @@ def stats_log_dir(trainer: PPOTrainer) -> str:
     return StatsLogger.get_log_path(trainer.config.stats_logger)
 
 
+# -- where a PPO step's stages can be watched (SPMD: the engines are in-process) ----------
+# PPOTrainer.train (rl_trainer.py:633-722) calls these on its engines, in this
+# order; PPOActor._ppo_update (trainer/ppo/actor.py:345) calls the actor engine's
+# train_batch(mb, loss_fn=..., loss_weight_fn=...) once per mini-batch, and
+# FSDPEngine.train_batch (engine/fsdp_engine.py:760) calls loss_fn once per
+# micro-batch and then self.optimizer_step(), which clips the gradients first.
+STAGE_METHODS = {
+    "actor": ("compute_logp", "compute_advantages", "ppo_update"),
+    "actor_engine": ("train_batch", "optimizer_step"),
+    "ref": ("compute_logp",),
+    "critic": ("compute_values",),
+}
+
+
+def stage_engines(trainer: PPOTrainer) -> dict[str, Any]:
+    """The trainer's engines by role: actor, and ref / critic when the run has them."""
+    engines = {"actor": trainer.actor}
+    for role in ("ref", "critic"):
+        engine = getattr(trainer, role, None)
+        if engine is not None:
+            engines[role] = engine
+    return engines
+
+
+def engine_named_parameters(engine: Any) -> list[tuple[str, Any]]:
+    """The engine's model parameters (FSDPEngine.model, fsdp_engine.py:1007), as
+    stored: FSDP2 DTensor shards on each rank. Empty for an engine without one."""
+    model = getattr(engine, "model", None)
+    return list(model.named_parameters()) if model is not None else []
+
+
 # -- instance patches (where AReaL offers no hook) ---------------------------------------
 class MethodPatches:
     """Instance attributes replacing AReaL methods, installed and removed here only.

@@ -166,6 +166,27 @@ class DebugConfig:
             "single-controller mode the RPC workers seed themselves identically."
         },
     )
+    stage_digests: bool = field(
+        default=True,
+        metadata={
+            "help": "Dump and replay: digest each stage of every PPO step as it runs "
+            "(recomputed log-probs, reference log-probs, values, advantages, each "
+            "micro-batch's loss, each parameter's gradient before clipping, the "
+            "weights after the update): exact 16-byte digests computed on the "
+            "device. The replay then reports the first stage, and where in it, "
+            "that differs from the recording, and calls a step bitwise only if "
+            "the weights match too. SPMD mode."
+        },
+    )
+    record_stage_tensors: bool = field(
+        default=False,
+        metadata={
+            "help": "Dump and replay: also keep the full per-token stage tensors "
+            "(log-probs, reference log-probs, values, advantages, returns) of each "
+            "step, so a divergence says by how much and at which token. Costs "
+            "about a recorded batch's size again per step."
+        },
+    )
     fail_on_divergence: bool = field(
         default=False,
         metadata={

@@ -7,6 +7,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from areal_debug.stage_digest import STAGES
+
 REPORT_NAME = "replay_report.json"
 
 
@@ -57,6 +59,8 @@ class StepComparison:
     status: str
     metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    # Stage by stage (stage_comparison.compare_stages), in the order the step runs.
+    stages: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -68,7 +72,23 @@ class StepComparison:
             status=str(data["status"]),
             metrics=dict(data.get("metrics", {})),
             timings=dict(data.get("timings", {})),
+            stages=dict(data.get("stages", {})),
         )
+
+    def first_stage(self) -> dict[str, Any] | None:
+        """The earliest stage that differs, and where; the committed statistics
+        (``stats``) when no digested stage does but a metric diverged."""
+        for stage in STAGES:  # step order, whatever order the JSON keys came in
+            result = self.stages.get(stage, {})
+            if result.get("status") == "differs":
+                return {"step": self.global_step, "stage": stage, **result}
+        diverged = {
+            k: m for k, m in self.metrics.items() if m.get("status") == "diverged"
+        }
+        if not diverged:
+            return None
+        name, m = max(diverged.items(), key=lambda kv: kv[1]["rel_diff"])
+        return {"step": self.global_step, "stage": "stats", "where": name, **m}
 
 
 @dataclass
@@ -95,6 +115,13 @@ class ReplayReport:
                 }
         return None
 
+    def first_stage_divergence(self) -> dict[str, Any] | None:
+        """``{"step", "stage", "where", ...}`` of the first step that diverged."""
+        for entry in self.steps:
+            if entry.status == "diverged":
+                return entry.first_stage()
+        return None
+
     def to_json(self) -> dict[str, Any]:
         steps = self.steps
         return {
@@ -108,6 +135,7 @@ class ReplayReport:
                 and all(e.status == "identical" for e in steps),
                 "first_divergence": self.first_divergence(),
             },
+            "first_divergence": self.first_stage_divergence(),
             "steps": [e.to_json() for e in steps],
         }
 

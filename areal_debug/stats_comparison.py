@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from areal_debug.replay_report import ReplayReport, StepComparison, TopologyChange
+from areal_debug.stage_comparison import describe, first_divergent_stage
 
 # Wall-clock timings differ between any two runs; they are not training results.
 _TIMING_PREFIXES = ("timeperf/",)
@@ -113,7 +114,11 @@ class StatsComparison:
         recorded: dict[str, float] | None,
         replayed: dict[str, float],
         timings: dict[str, float] | None = None,
+        stages: dict[str, dict] | None = None,
     ) -> StepComparison:
+        """Compare one step; ``stages`` (from ``compare_stages``) joins the verdict:
+        with zero tolerances a step whose stages differ (weights included) is not
+        identical even when every committed statistic is."""
         if recorded is None:
             metrics = {
                 k: {"replayed": v, "status": "not_recorded"}
@@ -124,6 +129,10 @@ class StatsComparison:
             r = self.report
             metrics = _compare_metrics(recorded, replayed, r.rtol, r.atol)
             entry = StepComparison(step, _step_status(metrics), metrics, timings or {})
+        entry.stages = dict(stages or {})
+        bitwise = self.report.rtol == 0 and self.report.atol == 0
+        if bitwise and first_divergent_stage(entry.stages) is not None:
+            entry.status = "diverged"
         self.report.steps.append(entry)
         return entry
 
@@ -141,10 +150,26 @@ class StatsComparison:
         first = self.first_divergence()
         if self.report.topology.changed:
             lines.append(self.report.topology.describe())
-        if first is None:
+        staged = self.report.first_stage_divergence()
+        if staged is not None:
+            entry = next(e for e in self.steps if e.global_step == staged["step"])
+            lines.append(
+                f"First divergent stage: {staged['stage']} at step {staged['step']} "
+                f"({staged['where']})."
+            )
+            if entry.stages:
+                lines.append(describe(entry.global_step, entry.stages))
+        elif self.steps and all(e.stages for e in self.steps):
+            names = ", ".join(self.steps[-1].stages)
+            lines.append(
+                f"Every stage identical at every step ({names}): weights included."
+            )
+        if first is None and staged is None:
             lines.append(
                 f"No divergence: {len(self.steps)} replayed steps match the recording."
             )
+        elif first is None:
+            pass
         else:
             lines.append(
                 f"First divergence at step {first['global_step']}, metric {first['metric']}: "

@@ -10,6 +10,8 @@ Layout (see docs/format.md)::
     <path>/step-000007/step.json            written last: the step exists
     <path>/step-000007/stats.json           statistics the trainer committed
     <path>/step-000007/teacher_logp.pt.zst  the teacher's log-probs (when it runs)
+    <path>/step-000007/stages.json          digests of each stage of the PPO step
+    <path>/step-000007/stage_tensors.pt     per-token stage tensors (when asked for)
 
 A payload is a ``torch.save`` of plain containers and tensors, compressed as a
 whole (codec ``zstd``) or not (``none``, and every v1 payload); its sha256 is over
@@ -40,6 +42,8 @@ STATS = "stats.json"
 RNG = "rng.pt"
 TEACHER_LOGP_META = "teacher_logp.json"
 ANOMALY = "anomaly.json"
+STAGES_FILE = "stages.json"
+STAGE_TENSORS = "stage_tensors.pt"
 
 
 class RecordingError(RuntimeError):

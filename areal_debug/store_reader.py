@@ -16,6 +16,8 @@ from areal_debug.packed_payload import is_packed, unpack
 from areal_debug.store_format import (
     MANIFEST,
     RNG,
+    STAGE_TENSORS,
+    STAGES_FILE,
     STATS,
     STEP_META,
     SUPPORTED_FORMAT_VERSIONS,
@@ -170,6 +172,47 @@ class RecordingReader:
             path, expected, "Restore the file or replay with debug.restore_rng=false."
         )
         return load_payload_bytes(data, path)
+
+    def recorded_stages(
+        self, step: int
+    ) -> tuple[dict[str, Any] | None, dict[str, torch.Tensor] | None]:
+        """The step's stage digests (``ranks`` and ``global``) and, when the dump
+        run kept them, the per-token stage tensors; ``(None, None)`` if absent."""
+        step_dir = os.path.join(self.path, step_dirname(step))
+        path = os.path.join(step_dir, STAGES_FILE)
+        if not os.path.exists(path):
+            return None, None
+        stages = read_json(path, "stage digests")
+        if not (
+            isinstance(stages, dict)
+            and isinstance(stages.get("ranks"), list)
+            and all(isinstance(r, dict) for r in stages["ranks"])
+            and isinstance(stages.get("global"), dict)
+        ):
+            raise RecordingError(
+                f"{path} must hold 'ranks' (a list of objects) and 'global' (an "
+                "object). The file is damaged: restore it, delete it to compare "
+                "only the statistics, or re-record the step."
+            )
+        expected = stages.get("tensors_sha256")
+        if expected is None:
+            return stages, None
+        tensors_path = os.path.join(step_dir, STAGE_TENSORS)
+        data = _read_checked(
+            tensors_path,
+            expected,
+            f"Restore the file, or delete it and {STAGES_FILE} to compare only "
+            "the statistics.",
+        )
+        tensors = load_payload_bytes(data, tensors_path)
+        if not isinstance(tensors, dict) or not all(
+            isinstance(t, torch.Tensor) for t in tensors.values()
+        ):
+            raise RecordingError(
+                f"{tensors_path} must hold a dict of tensors, not "
+                f"{type(tensors).__name__}. Re-record the step."
+            )
+        return stages, tensors
 
     def recorded_teacher_logp(self, step: int) -> list[torch.Tensor]:
         """The teacher's log-probs of the step's batch, one tensor per trajectory."""

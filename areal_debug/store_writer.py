@@ -35,6 +35,8 @@ from areal_debug.store_format import (
     KEPT,
     MANIFEST,
     RNG,
+    STAGE_TENSORS,
+    STAGES_FILE,
     STATS,
     STEP_META,
     TEACHER_LOGP_META,
@@ -198,6 +200,16 @@ class RecordingWriter:
         """Queue every rank's RNG states at the step's dump point (global rank 0)."""
         self._put(("rng", global_step, {"world_size": len(states), "ranks": states}))
 
+    def submit_stages(
+        self,
+        global_step: int,
+        stages: dict[str, Any],
+        tensors: dict[str, torch.Tensor] | None = None,
+    ) -> None:
+        """Queue the step's stage digests (all ranks', merged), and the per-token
+        stage tensors when kept; written before the step's statistics."""
+        self._put(("stages", global_step, (stages, dict(tensors or {}))))
+
     def submit_pin(self, global_step: int, reasons: list[str], pins: list[int]) -> None:
         """Pin ``pins`` (never deleted) because ``global_step`` was anomalous."""
         self._put(("pin", global_step, {"reasons": list(reasons), "pinned": pins}))
@@ -267,6 +279,8 @@ class RecordingWriter:
                         self._write_rng(step, payload)
                     elif kind == "pin":
                         self._write_pin(step, payload)
+                    elif kind == "stages":
+                        self._write_stages(step, *payload)
                     else:
                         self._write_stats(step, payload)
             except BaseException as e:  # noqa: BLE001 - surfaced on the training thread
@@ -409,6 +423,16 @@ class RecordingWriter:
         # thread, carries the checksum.
         stored = save_payload(os.path.join(self._step_dir(step), RNG), payload)
         self._rng_sha256[step] = stored["sha256"]
+
+    def _write_stages(self, step: int, stages: dict, tensors: dict) -> None:
+        step_dir = self._step_dir(step)
+        if not os.path.isdir(step_dir):
+            return  # the step's batch was not recorded
+        body = {"global_step": step, **stages}
+        if tensors:
+            stored = save_payload(os.path.join(step_dir, STAGE_TENSORS), tensors)
+            body["tensors_sha256"] = stored["sha256"]
+        atomic_write_json(os.path.join(step_dir, STAGES_FILE), body)
 
     def _write_stats(self, step: int, payload: dict) -> None:
         rng_sha = self._rng_sha256.pop(step, None)

@@ -103,6 +103,14 @@ class Topology:
         """Restore this rank's states; return why not (None when restored)."""
         return None
 
+    # Stage digests need the engines in this process (SPMD); in single-controller
+    # mode they train in the RPC workers.
+    probes_stages = False
+
+    def gather_stages(self, trainer, local: Any) -> list | None:
+        """Every rank's ``local`` on the coordinator (None elsewhere)."""
+        return [local]
+
 
 class SpmdTopology(Topology):
     name = SPMD
@@ -134,10 +142,16 @@ class SpmdTopology(Topology):
         return areal_compat.trains_on_cpu()
 
     def capture_rng(self, trainer) -> list | None:
+        return self._gather(trainer, rng_state.capture())
+
+    probes_stages = True
+
+    def gather_stages(self, trainer, local: Any) -> list | None:
+        return self._gather(trainer, local)
+
+    def _gather(self, trainer, local: Any) -> list | None:
         gathered: list = [None] * dist.get_world_size()
-        dist.all_gather_object(
-            gathered, rng_state.capture(), group=areal_compat.cpu_group(trainer)
-        )
+        dist.all_gather_object(gathered, local, group=areal_compat.cpu_group(trainer))
         return gathered if self.is_coordinator() else None
 
     def restore_rng(self, recorded: dict | None, step: int) -> str | None:

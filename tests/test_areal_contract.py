@@ -133,6 +133,51 @@ def _():
     assert "self._init_teacher_rollout(self.config.teacher.rollout)" in init
 
 
+# -- stage probes (trainer/rl_trainer.py, trainer/ppo/actor.py, engine/fsdp_engine.py) --
+@check("STAGE_METHODS: the engine methods a PPO step calls, in that order")
+def _():
+    from areal.engine import FSDPPPOActor, FSDPPPOCritic
+
+    body = source(ppo_trainer().train)
+    for statement in (
+        "values = self.critic.compute_values(rollout_batch)",
+        "ref_logps = self.ref.compute_logp(rollout_batch)",
+        "prox_logps = self.actor.compute_logp(rollout_batch)",
+        "adv_batch = self.actor.compute_advantages(rollout_batch)",
+        "self.actor.ppo_update(adv_batch)",
+    ):
+        assert statement in body, statement
+    roles = {
+        "actor": FSDPPPOActor,
+        "actor_engine": FSDPPPOActor,
+        "ref": FSDPPPOActor,
+        "critic": FSDPPPOCritic,
+    }
+    for role, names in areal_compat.STAGE_METHODS.items():
+        for name in names:
+            assert callable(getattr(roles[role], name, None)), f"{role}.{name}"
+
+
+@check("PPOActor._ppo_update -> engine.train_batch(loss_fn=) -> optimizer_step()")
+def _():
+    from areal.engine.fsdp_engine import FSDPEngine
+    from areal.trainer.ppo.actor import PPOActor
+
+    update = source(PPOActor._ppo_update)
+    assert "self.engine.train_batch(" in update and "loss_fn=" in update
+    train_batch = source(FSDPEngine.train_batch)
+    assert "stats = self.optimizer_step()" in train_batch
+    assert params(FSDPEngine.train_batch)[1:4] == [
+        "input_",
+        "loss_fn",
+        "loss_weight_fn",
+    ]
+    # Gradients are clipped inside optimizer_step: the probe sees them before.
+    assert "fsdp2_clip_grad_norm(" in source(FSDPEngine.optimizer_step)
+    # The model the parameters are read from (engine_named_parameters).
+    assert "self.model = " in source(FSDPEngine)
+
+
 # -- recover checkpoints (areal/utils/recover.py, saver.py, io_struct.py) ------------
 @check("RecoverHandler.recover_info_path / Saver.get_recover_checkpoint_path")
 def _():

@@ -26,6 +26,7 @@ from support.recordings import (
 
 from areal_debug.stats_comparison import training_stats
 from areal_debug.store_format import shard_payload_name, step_dirname
+from areal_debug.store_reader import RecordingReader
 
 pytestmark = pytest.mark.areal
 
@@ -106,6 +107,13 @@ def test_replay_is_bitwise_identical_at_two_processes(spmd_d2):
     assert report["summary"]["all_identical"] is True
     assert report["summary"]["steps"] == SPMD_D2_STEPS
     assert report["topology"] == expected_topology(2)
+    # Each rank digested its FSDP shard of every gradient and weight; the
+    # summed digests match the dump run's, and each rank's own stages do.
+    for entry in report["steps"]:
+        assert {s["status"] for s in entry["stages"].values()} == {"identical"}
+    recorded, _ = RecordingReader(spmd_d2.path).recorded_stages(0)
+    assert len(recorded["ranks"]) == 2
+    assert len(recorded["global"]["weights"]) == entry["stages"]["weights"]["compared"]
 
 
 def test_recording_holds_the_committed_statistics(spmd_d1):

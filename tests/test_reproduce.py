@@ -34,16 +34,40 @@ def test_restored_rng_makes_dropout_replay_bitwise(spmd_d1, spmd_d1_replay):
     report = replay_report(str(spmd_d1.workdir))
     assert report["summary"]["all_identical"] is True
     assert report["summary"]["steps"] == SPMD_D1_STEPS
+    # Bitwise stage by stage, the weights after each update included.
+    assert report["first_divergence"] is None
+    for entry in report["steps"]:
+        assert set(entry["stages"]) == {
+            "logp",
+            "advantages",
+            "loss",
+            "grads",
+            "weights",
+        }
+        assert all(s["status"] == "identical" for s in entry["stages"].values())
+        assert entry["stages"]["weights"]["compared"] > 0
+    assert "Every stage identical at every step" in spmd_d1_replay.log
+
+
+def stage_statuses(entry) -> dict[str, str]:
+    return {stage: r["status"] for stage, r in entry["stages"].items()}
 
 
 def test_without_rng_restore_dropout_diverges(spmd_d1):
     # Proves the test above exercises real training-side randomness.
     run = replay(spmd_d1, "norng", "debug.restore_rng=false", "total_train_steps=2")
     assert run.returncode == 0, run.log[-3000:]
-    first = replay_report(str(spmd_d1.workdir), trial="norng")["summary"][
-        "first_divergence"
-    ]
+    report = replay_report(str(spmd_d1.workdir), trial="norng")
+    first = report["summary"]["first_divergence"]
     assert first is not None and first["global_step"] == 0
+    # Log-probs are recomputed in eval mode (no dropout): the loss, computed in
+    # training mode, is the first stage dropout reaches.
+    staged = report["first_divergence"]
+    assert (staged["step"], staged["stage"]) == (0, "loss")
+    assert staged["where"] == "mini-batch 0 micro-batch 0"
+    step0 = stage_statuses(report["steps"][0])
+    assert step0["logp"] == step0["advantages"] == "identical"
+    assert step0["grads"] == step0["weights"] == "differs"
 
 
 def test_start_step_without_checkpoints_replays_from_the_first_step(spmd_d1, tmp_path):
@@ -87,6 +111,25 @@ def test_changed_hyperparameter_is_reported_at_its_first_divergence(
     ]
     assert first["global_step"] == 0 and first["metric"].startswith("ppo_actor/")
     assert f"First divergence at step 0, metric {first['metric']}" in run.log
+    # Located at the loss: what the step computed before it is identical.
+    report = replay_report(str(spmd_d1.workdir), trial="clip")
+    staged = report["first_divergence"]
+    assert (staged["step"], staged["stage"]) == (0, "loss")
+    assert staged["abs_diff"] > 0 and "recorded" in staged
+    step0 = stage_statuses(report["steps"][0])
+    assert step0["logp"] == step0["advantages"] == "identical"
+    assert "First divergent stage: loss at step 0" in run.log
+    assert "step 0: logp identical; advantages identical; loss differs" in run.log
+
+
+def test_changed_advantage_normalisation_is_located_at_the_advantages(spmd_d1):
+    run = replay(spmd_d1, "advnorm", "total_train_steps=1", "actor.adv_norm=null")
+    assert run.returncode == 0, run.log[-3000:]
+    report = replay_report(str(spmd_d1.workdir), trial="advnorm")
+    staged = report["first_divergence"]
+    assert (staged["step"], staged["stage"]) == (0, "advantages")
+    assert staged["where"] == "trajectory 0 advantages"
+    assert stage_statuses(report["steps"][0])["logp"] == "identical"
 
 
 def test_fail_on_divergence_stops_with_a_nonzero_exit(spmd_d1):

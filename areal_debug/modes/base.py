@@ -13,6 +13,8 @@ from areal.utils import logging
 
 from areal_debug import areal_compat, determinism
 from areal_debug.config import DebugConfig
+from areal_debug.stage_digest import merge_global
+from areal_debug.stage_probes import StageProbes
 from areal_debug.step_clock import StepClock
 
 logger = logging.getLogger("DebugMode")
@@ -84,6 +86,7 @@ class ActiveMode(DebugMode):
         self.clock = StepClock()
         self.patches = areal_compat.MethodPatches()
         self.worker_settings_dir: str | None = None
+        self.stage_probes: StageProbes | None = None
 
     def prepare(self, config, train_dataset, valid_dataset):
         if self.debug.deterministic:
@@ -123,6 +126,12 @@ class ActiveMode(DebugMode):
     def on_step_stats(self, step: int, stats: dict[str, Any]) -> None:
         """The coordinator, with the statistics the step is about to commit."""
 
+    def on_step_stages(
+        self, step: int, stages: dict[str, Any], tensors: dict[str, Any]
+    ) -> None:
+        """The coordinator, with every rank's stage digests of the step (merged),
+        before ``on_step_stats``; ``tensors`` when debug.record_stage_tensors."""
+
     def before_train(self, start: int, workflow, total_epochs):
         return workflow
 
@@ -136,6 +145,9 @@ class ActiveMode(DebugMode):
     def started(self) -> None:
         self.patches.wrap(self.trainer.actor, "prepare_batch", self._clocked)
         self.topology.patch_actor(self.trainer, self.patches)
+        if self.debug.stage_digests and self.topology.probes_stages:
+            self.stage_probes = StageProbes(self.debug.record_stage_tensors)
+            self.stage_probes.install(self.trainer, self.patches)
 
     def _clocked(self, prepare_batch: Callable) -> Callable:
         def prepare_and_advance(*args, **kwargs):
@@ -164,6 +176,8 @@ class ActiveMode(DebugMode):
 
     def commit_step_stats(self, default: Callable, epoch, epoch_step, step):
         self.clock.check(step, "the step's statistics commit")
+        if self.stage_probes is not None:
+            self._gather_stages(step)
 
         def seen(stats: dict[str, Any]) -> None:
             if self.topology.is_coordinator():
@@ -172,6 +186,19 @@ class ActiveMode(DebugMode):
         areal_compat.export_and_commit_stats(
             self.trainer, epoch, epoch_step, step, seen
         )
+
+    def _gather_stages(self, step: int) -> None:
+        # Every rank joins the gather; the digests are a few KiB per rank.
+        gathered = self.topology.gather_stages(self.trainer, self.stage_probes.take())
+        if gathered is None or any(g[0] is None for g in gathered):
+            return  # not the coordinator, or a rank's digests failed (it said why)
+        stages = merge_global([g[0] for g in gathered], [g[2] for g in gathered])
+        tensors = {
+            f"rank {rank}/{name}": t
+            for rank, (_, kept, _) in enumerate(gathered)
+            for name, t in kept.items()
+        }
+        self.on_step_stages(step, stages, tensors)
 
     def train(self, default: Callable, workflow, *args, **kwargs):
         start = areal_compat.recover_start_step(self.trainer)

@@ -170,6 +170,10 @@ class DumpMode(ActiveMode):
                 step, trained, timing_stats(stats), inference_stats(stats)
             )
 
+    def on_step_stages(self, step: int, stages, tensors) -> None:
+        if self.writer is not None and self.policy.records(step):
+            self.writer.submit_stages(step, stages, tensors)
+
     def save_recover_checkpoint(self, default: Callable, epoch, epoch_step, step):
         before = areal_compat.last_recover_step(self.trainer)
         default(epoch, epoch_step, step)

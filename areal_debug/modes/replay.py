@@ -16,6 +16,7 @@ from areal_debug.engines import ReplayEngine, ReplayTeacher
 from areal_debug.modes.base import ActiveMode
 from areal_debug.replay_loader import ReplayDataLoader
 from areal_debug.replay_report import REPORT_NAME, TopologyChange
+from areal_debug.stage_comparison import compare_stages
 from areal_debug.stats_comparison import StatsComparison, timing_stats, training_stats
 from areal_debug.step_clock import StepClockError
 from areal_debug.store_format import RecordingError, atomic_write_json
@@ -49,6 +50,7 @@ class ReplayMode(ActiveMode):
         self.resume_from: int | None = None
         self._eval_skip_logged = False
         self._rng_warned = False
+        self._stages: dict[int, dict[str, Any]] = {}
 
     # -- building ------------------------------------------------------------------
     def prepare(self, config, train_dataset, valid_dataset):
@@ -207,6 +209,13 @@ class ReplayMode(ActiveMode):
     def _recorded_rng(self, step: int):
         return self.reader.recorded_rng(step)
 
+    def on_step_stages(self, step: int, stages, tensors) -> None:
+        recorded, recorded_tensors = self.reader.recorded_stages(step)
+        same_layout = not self.comparison.report.topology.changed
+        self._stages[step] = compare_stages(
+            recorded, stages, same_layout, recorded_tensors, tensors
+        )
+
     def on_step_stats(self, step: int, stats: dict[str, Any]) -> None:
         recorded = self.reader.recorded_stats(step)
         if recorded is not None:
@@ -216,16 +225,18 @@ class ReplayMode(ActiveMode):
         if loader is not None and step in loader.waits:
             # What prefetching leaves of reading the recording (step-time units).
             timings[REPLAY_WAIT] = loader.waits.pop(step)
-        entry = self.comparison.add(step, recorded, training_stats(stats), timings)
+        entry = self.comparison.add(
+            step, recorded, training_stats(stats), timings, self._stages.pop(step, None)
+        )
         atomic_write_json(self.report_path, self.comparison.report.to_json())
         if entry.status != "diverged":
             return
-        first = self.comparison.first_divergence()
+        first = self.comparison.report.first_stage_divergence()
         msg = (
-            f"Replay step {step} diverged from the recording "
-            f"(first divergence: step {first['global_step']}, metric "
-            f"{first['metric']}, recorded {first['recorded']!r}, replayed "
-            f"{first['replayed']!r}); report: {self.report_path}"
+            f"Replay step {step} diverged from the recording (first divergence: "
+            f"step {first['step']}, stage {first['stage']}, at {first['where']}"
+            + _recorded_replayed(first)
+            + f"); report: {self.report_path}"
         )
         if self.debug.fail_on_divergence:
             raise RecordingError(msg + ". Stopping (debug.fail_on_divergence).")
@@ -309,6 +320,12 @@ def _refuse_unsupported(config, manifest) -> None:
             "(the teacher runs on the training side and replays as usual), or "
             "replay without the teacher (teacher=null)."
         )
+
+
+def _recorded_replayed(first: dict[str, Any]) -> str:
+    if "recorded" in first and "replayed" in first:
+        return f", recorded {first['recorded']!r}, replayed {first['replayed']!r}"
+    return ""
 
 
 def _skip_weight_update(meta) -> None:

@@ -1,0 +1,284 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Exact tensor digests computed where the tensor lives, and one step's log of them.
+
+A digest is two 64-bit integer sums over a tensor's bit patterns, read as
+integers: ``s1 = sum(b_i)`` and ``s2 = sum(b_i * (i + 1))`` with ``i`` the
+element's index in the whole (unsharded) tensor, both modulo 2**64. Any single
+changed bit changes ``s1``; a swap of two values changes ``s2``. Integer sums
+wrap the same way in any order, so the digest does not depend on how a
+reduction is split, and the digest of a sharded tensor is the sum of its
+shards' digests: each data-parallel rank digests its own shard and the small
+pairs are summed across ranks.
+
+The cost is one read of the tensor on its device (plus an int64 copy of one
+chunk at a time) and one transfer of 16 bytes per tensor at the end of a step.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+# The order a PPO step runs its stages in; "stats" are the committed statistics.
+STAGES = (
+    "logp",
+    "ref_logp",
+    "values",
+    "advantages",
+    "loss",
+    "grads",
+    "weights",
+    "stats",
+)
+# Per-token stages whose full tensors may be stored (debug.record_stage_tensors).
+TOKEN_STAGES = ("logp", "ref_logp", "values", "advantages")
+# Stages whose digests are summed over data-parallel ranks (one global value per
+# parameter); the others are per rank (each rank's own trajectories and micro-batches).
+GLOBAL_STAGES = ("grads", "weights")
+
+_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+# Elements digested per pass: bounds the int64 temporaries (128 MiB each).
+_CHUNK = 1 << 24
+_MASK = (1 << 64) - 1
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s elements' bit patterns as integers of the same width (a view)."""
+    x = t.detach()
+    if x.dtype == torch.bool:
+        x = x.to(torch.uint8)
+    if x.is_complex():
+        x = torch.view_as_real(x)
+    return x.contiguous().reshape(-1).view(_INT_OF_SIZE[x.element_size()])
+
+
+def digest_pair(t: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    """``[s1, s2]`` (int64, on ``t``'s device) of ``t``'s bits; ``offset`` is the
+    flat index of ``t``'s first element in the whole tensor it is a shard of."""
+    bits = _bits(t)
+    out = torch.zeros(2, dtype=torch.int64, device=bits.device)
+    for start in range(0, bits.numel(), _CHUNK):
+        chunk = bits[start : start + _CHUNK].to(torch.int64)
+        first = offset + start + 1
+        index = torch.arange(
+            first, first + chunk.numel(), dtype=torch.int64, device=chunk.device
+        )
+        out[0] += chunk.sum()
+        out[1] += (chunk * index).sum()
+    return out
+
+
+def digest_pairs(tensors: list[torch.Tensor], offsets: list[int]) -> torch.Tensor:
+    """``digest_pair`` of many tensors, ``[n, 2]``, with a fixed number of kernels
+    per group of small tensors (one concatenation, segment sums) instead of a few
+    per tensor: a model's parameters or a batch's trajectories cost a handful of
+    device calls, not hundreds."""
+    out = [None] * len(tensors)
+    groups: dict[tuple, list[int]] = {}
+    for i, t in enumerate(tensors):
+        groups.setdefault((t.device, _bits(t).dtype), []).append(i)
+    for members in groups.values():
+        batch: list[int] = []
+        total = 0
+        for i in [*members, None]:
+            n = tensors[i].numel() if i is not None else 0
+            if batch and (i is None or total + n > _CHUNK):
+                for j, pair in zip(batch, _segment_digests(tensors, offsets, batch)):
+                    out[j] = pair
+                batch, total = [], 0
+            if i is None:
+                break
+            if n > _CHUNK:
+                out[i] = digest_pair(tensors[i], offsets[i])
+            else:
+                batch.append(i)
+                total += n
+    if not out:
+        return torch.zeros((0, 2), dtype=torch.int64)
+    return torch.stack(out)
+
+
+def _segment_digests(tensors, offsets, batch: list[int]) -> torch.Tensor:
+    bits = torch.cat([_bits(tensors[i]) for i in batch]).to(torch.int64)
+    device = bits.device
+    sizes = torch.tensor([tensors[i].numel() for i in batch], device=device)
+    seg = torch.repeat_interleave(torch.arange(len(batch), device=device), sizes)
+    starts = torch.cumsum(sizes, 0) - sizes
+    first = torch.tensor([offsets[i] + 1 for i in batch], device=device)
+    index = torch.arange(bits.numel(), device=device) + (first - starts)[seg]
+    out = torch.zeros((len(batch), 2), dtype=torch.int64, device=device)
+    # Integer sums: the same in any order, so index_add_ is deterministic.
+    out[:, 0].index_add_(0, seg, bits)
+    out[:, 1].index_add_(0, seg, bits * index)
+    return out
+
+
+def digest_hex(pair) -> str:
+    """The printable digest: 32 hex digits (s1 then s2, unsigned)."""
+    s1, s2 = (int(v) & _MASK for v in pair)
+    return f"{s1:016x}{s2:016x}"
+
+
+@dataclass
+class StageEntry:
+    """One tensor of one stage, before the step's single transfer to the host."""
+
+    pair: torch.Tensor
+    # A magnitude to say "by how much" without the tensor: a loss value, a grad norm.
+    # Sums of squares for sharded tensors (summed across ranks, square-rooted later).
+    sumsq: torch.Tensor | None = None
+    value: torch.Tensor | None = None
+
+
+@dataclass
+class StageLog:
+    """Everything one rank digested during one step, stage by stage."""
+
+    keep_tensors: bool = False
+    entries: dict[str, dict[str, StageEntry]] = field(default_factory=dict)
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)
+    # Time spent digesting on this rank (host wall clock; the transfer in
+    # to_host waits for the device), for the cost figure in stages.json.
+    seconds: float = 0.0
+
+    def next_index(self, counter: str) -> int:
+        """0, 1, 2... per counter name (mini-batches, micro-batches, calls)."""
+        n = self.counters.get(counter, 0)
+        self.counters[counter] = n + 1
+        return n
+
+    def add(
+        self,
+        stage: str,
+        name: str,
+        t: torch.Tensor,
+        *,
+        offset: int = 0,
+        norm: bool = False,
+        value: bool = False,
+    ) -> None:
+        t0 = time.perf_counter()
+        entry = StageEntry(digest_pair(t, offset))
+        if norm:
+            entry.sumsq = t.detach().double().pow(2).sum()
+        if value:
+            entry.value = t.detach().double().reshape(-1)[:1].sum()
+        self.entries.setdefault(stage, {})[name] = entry
+        if self.keep_tensors and stage in TOKEN_STAGES:
+            self.tensors[f"{stage}/{name}"] = t.detach().to("cpu", copy=True)
+        self.seconds += time.perf_counter() - t0
+
+    def add_many(
+        self,
+        stage: str,
+        items: list[tuple[str, torch.Tensor, int]],
+        *,
+        norm: bool = False,
+    ) -> None:
+        """``add`` for many ``(name, tensor, offset)`` at once (see digest_pairs)."""
+        if not items:
+            return
+        t0 = time.perf_counter()
+        tensors = [t for _, t, _ in items]
+        pairs = digest_pairs(tensors, [o for _, _, o in items])
+        sumsqs = _sums_of_squares(tensors) if norm else [None] * len(items)
+        names = self.entries.setdefault(stage, {})
+        for (name, t, _), pair, sumsq in zip(items, pairs, sumsqs):
+            names[name] = StageEntry(pair, sumsq=sumsq)
+            if self.keep_tensors and stage in TOKEN_STAGES:
+                self.tensors[f"{stage}/{name}"] = t.detach().to("cpu", copy=True)
+        self.seconds += time.perf_counter() - t0
+
+    def to_host(self) -> dict[str, dict[str, list]]:
+        """Plain values, one device-to-host transfer: ``{stage: {name: [hex, norm|
+        value|None]}}``; global stages carry ``[s1, s2, sumsq]`` still to be summed."""
+        flat: list[tuple[str, str, StageEntry]] = [
+            (s, n, e) for s, names in self.entries.items() for n, e in names.items()
+        ]
+        if not flat:
+            return {}
+        t0 = time.perf_counter()
+        pairs = torch.stack([e.pair for _, _, e in flat]).cpu().tolist()
+        nums = (
+            torch.stack([_magnitude(e) for _, _, e in flat]).cpu().tolist()
+            if flat
+            else []
+        )
+        out: dict[str, dict[str, list]] = {}
+        for (stage, name, entry), pair, num in zip(flat, pairs, nums):
+            has_num = entry.sumsq is not None or entry.value is not None
+            if stage in GLOBAL_STAGES:
+                out.setdefault(stage, {})[name] = [*pair, num if has_num else None]
+            else:
+                out.setdefault(stage, {})[name] = [
+                    digest_hex(pair),
+                    _finish(entry, num) if has_num else None,
+                ]
+        self.seconds += time.perf_counter() - t0
+        return out
+
+
+def _sums_of_squares(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Each tensor's sum of squares in float64, per device in one reduction."""
+    out: list = [None] * len(tensors)
+    by_device: dict[torch.device, list[int]] = {}
+    for i, t in enumerate(tensors):
+        by_device.setdefault(t.device, []).append(i)
+    for members in by_device.values():
+        flat = [tensors[i].detach().reshape(-1) for i in members]
+        sizes = torch.tensor([f.numel() for f in flat], device=flat[0].device)
+        seg = torch.repeat_interleave(
+            torch.arange(len(flat), device=sizes.device), sizes
+        )
+        squares = torch.cat([f.double() for f in flat]).pow(2)
+        sums = torch.zeros(len(flat), dtype=torch.float64, device=sizes.device)
+        sums.index_add_(0, seg, squares)
+        for i, v in zip(members, sums):
+            out[i] = v
+    return out
+
+
+def _magnitude(entry: StageEntry) -> torch.Tensor:
+    for t in (entry.sumsq, entry.value):
+        if t is not None:
+            return t.to(device=entry.pair.device, dtype=torch.float64)
+    return torch.zeros((), dtype=torch.float64, device=entry.pair.device)
+
+
+def _finish(entry: StageEntry, num: float) -> float:
+    return math.sqrt(num) if entry.sumsq is not None else num
+
+
+def merge_global(
+    per_rank: list[dict[str, dict[str, list]]], seconds: list[float] | None = None
+) -> dict[str, Any]:
+    """Rank logs in, the recorded form out: per-rank stages kept per rank, global
+    stages summed over ranks (the shards of one tensor) into one digest each;
+    ``seconds`` each rank spent digesting, when given."""
+    merged: dict[str, Any] = {"ranks": [], "global": {}}
+    if seconds is not None:
+        merged["digest_seconds"] = [float(s) for s in seconds]
+    sums: dict[str, dict[str, list]] = {}
+    for log in per_rank:
+        merged["ranks"].append({s: v for s, v in log.items() if s not in GLOBAL_STAGES})
+        for stage in GLOBAL_STAGES:
+            for name, (s1, s2, sq) in log.get(stage, {}).items():
+                acc = sums.setdefault(stage, {}).setdefault(name, [0, 0, None])
+                acc[0] = (acc[0] + s1) & _MASK
+                acc[1] = (acc[1] + s2) & _MASK
+                if sq is not None:
+                    acc[2] = (acc[2] or 0.0) + sq
+    for stage, names in sums.items():
+        merged["global"][stage] = {
+            name: [
+                digest_hex((s1, s2)),
+                math.sqrt(sq) if sq is not None else None,
+            ]
+            for name, (s1, s2, sq) in names.items()  # model order
+        }
+    return merged

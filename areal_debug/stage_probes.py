@@ -1,0 +1,200 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Digests of each stage of a PPO step, taken as the engines produce them.
+
+Installed on the trainer's engines in the training process (SPMD mode), the
+same way in dump and replay: the log-probs the actor recomputes, the reference
+log-probs and critic values, the advantages and returns, each micro-batch's
+loss, each parameter's gradient before clipping (per mini-batch, with its norm)
+and the weights after the update. ``take()`` hands over one step's digests.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from areal.utils import logging
+
+from areal_debug import areal_compat
+from areal_debug.stage_digest import StageLog
+
+logger = logging.getLogger("DebugStages")
+
+
+class StageProbes:
+    def __init__(self, keep_tensors: bool = False):
+        self.keep_tensors = keep_tensors
+        self.log = StageLog(keep_tensors)
+        # Set by the first digest that fails: probing stops, training goes on.
+        self.failed: str | None = None
+
+    def _digest(self, what: str, work: Callable[[], None]) -> None:
+        """Run one digest step; an error in it never reaches the training step."""
+        if self.failed is not None:
+            return
+        try:
+            work()
+        except Exception as e:  # noqa: BLE001 - the recorder must not kill training
+            self.failed = f"{what}: {e!r}"
+            logger.error(
+                f"Stage digests stopped ({self.failed}); training goes on and the "
+                "replay compares the committed statistics only from here. Turn "
+                "them off with debug.stage_digests=false."
+            )
+
+    def install(self, trainer, patches: areal_compat.MethodPatches) -> None:
+        engines = areal_compat.stage_engines(trainer)
+        actor = engines["actor"]
+        patches.wrap(actor, "compute_logp", self._per_trajectory("logp"))
+        if "ref" in engines:
+            patches.wrap(
+                engines["ref"], "compute_logp", self._per_trajectory("ref_logp")
+            )
+        if "critic" in engines:
+            patches.wrap(
+                engines["critic"], "compute_values", self._per_trajectory("values")
+            )
+        patches.wrap(actor, "compute_advantages", self._advantages)
+        patches.wrap(actor, "train_batch", self._train_batch)
+        patches.wrap(
+            actor, "optimizer_step", lambda step: self._optimizer_step(actor, step)
+        )
+        patches.wrap(
+            actor, "ppo_update", lambda update: self._ppo_update(actor, update)
+        )
+
+    def take(self) -> tuple[dict[str, Any], dict[str, torch.Tensor], float]:
+        """This step's digests as plain values, the kept tensors and the seconds
+        spent digesting; starts the next step's log."""
+        log, self.log = self.log, StageLog(self.keep_tensors)
+        if self.failed is not None:
+            return None, {}, 0.0
+        out: list = []
+        self._digest("the step's transfer", lambda: out.append(log.to_host()))
+        if not out:
+            return None, {}, 0.0
+        return out[0], log.tensors, log.seconds
+
+    # -- the wrappers --------------------------------------------------------------
+    def _per_trajectory(self, stage: str) -> Callable[[Callable], Callable]:
+        def make(compute: Callable) -> Callable:
+            def digested(*args, **kwargs):
+                out = compute(*args, **kwargs)
+                items = [
+                    (f"trajectory {i}", t, 0)
+                    for i, t in enumerate(_as_list(out))
+                    if isinstance(t, torch.Tensor)
+                ]
+                self._digest(stage, lambda: self.log.add_many(stage, items))
+                return out
+
+            return digested
+
+        return make
+
+    def _advantages(self, compute: Callable) -> Callable:
+        def digested(*args, **kwargs):
+            out = compute(*args, **kwargs)
+            items = []
+            for i, traj in enumerate(_as_list(out)):
+                for key in ("advantages", "returns"):
+                    t = traj.get(key) if isinstance(traj, dict) else None
+                    if isinstance(t, torch.Tensor):
+                        items.append((f"trajectory {i} {key}", t, 0))
+            self._digest("advantages", lambda: self.log.add_many("advantages", items))
+            return out
+
+        return digested
+
+    def _train_batch(self, train_batch: Callable) -> Callable:
+        def digested(*args, **kwargs):
+            mb = self.log.next_index("mini-batch")
+            if "loss_fn" in kwargs:
+                kwargs["loss_fn"] = self._loss(mb, kwargs["loss_fn"])
+            elif len(args) >= 2:
+                args = (args[0], self._loss(mb, args[1]), *args[2:])
+            return train_batch(*args, **kwargs)
+
+        return digested
+
+    def _loss(self, mb: int, loss_fn: Callable) -> Callable:
+        def digested(*args, **kwargs):
+            loss = loss_fn(*args, **kwargs)
+            micro = self.log.next_index(f"micro-batch of {mb}")
+            name = f"mini-batch {mb} micro-batch {micro}"
+            self._digest("loss", lambda: self.log.add("loss", name, loss, value=True))
+            return loss
+
+        return digested
+
+    def _optimizer_step(self, actor, step: Callable) -> Callable:
+        def digested(*args, **kwargs):
+            mb = self.log.counters.get("mini-batch", 1) - 1
+            self._digest("grads", lambda: self._add_grads(actor, mb))
+            return step(*args, **kwargs)
+
+        return digested
+
+    def _ppo_update(self, actor, update: Callable) -> Callable:
+        def digested(*args, **kwargs):
+            out = update(*args, **kwargs)
+            params = areal_compat.engine_named_parameters
+            self._digest("weights", lambda: self._add_shards("weights", params(actor)))
+            return out
+
+        return digested
+
+    def _add_grads(self, actor, mb: int) -> None:
+        grads = [
+            (f"mini-batch {mb} {name}", param.grad)
+            for name, param in areal_compat.engine_named_parameters(actor)
+            if param.grad is not None
+        ]
+        self._add_shards("grads", grads, norm=True)
+
+    def _add_shards(self, stage: str, named: list, norm: bool = False) -> None:
+        items = []
+        for name, t in named:
+            local, offset = local_shard(t)
+            if local is not None:
+                items.append((name, local, offset))
+        self.log.add_many(stage, items, norm=norm)
+
+
+def _as_list(out: Any) -> list:
+    if out is None:
+        return []
+    if isinstance(out, torch.Tensor):
+        return [out]
+    return list(out) if isinstance(out, (list, tuple)) else []
+
+
+def local_shard(t: torch.Tensor) -> tuple[torch.Tensor | None, int]:
+    """This rank's part of ``t`` and its flat offset in the whole tensor, such that
+    the ranks' digests sum to the whole tensor's. ``None`` when another rank holds
+    the same values (a replica), so that nothing is counted twice."""
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # pragma: no cover - torch without DTensor
+        return t, 0
+    if not isinstance(t, DTensor):
+        return t, 0
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    mesh, placements = t.device_mesh, t.placements
+    coordinate = mesh.get_coordinate() or []
+    for dim, placement in enumerate(placements):
+        if not isinstance(placement, Shard) and coordinate[dim] != 0:
+            return None, 0  # a replica: the first one counts
+    local = t.to_local()
+    shape, offset = compute_local_shape_and_global_offset(t.shape, mesh, placements)
+    rows_whole = all(shape[d] == t.shape[d] for d in range(1, t.dim()))
+    if rows_whole:
+        return local, int(offset[0]) * math.prod(t.shape[1:]) if t.dim() else 0
+    # Sharded along an inner dimension: digest the gathered tensor once.
+    full = t.full_tensor()
+    first = all(c == 0 for c in coordinate)
+    return (full, 0) if first else (None, 0)
