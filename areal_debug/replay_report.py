@@ -82,13 +82,22 @@ class StepComparison:
             result = self.stages.get(stage, {})
             if result.get("status") == "differs":
                 return {"step": self.global_step, "stage": stage, **result}
+        worst = self.worst_metric()
+        if worst is None:
+            return None
+        name, m, _ = worst
+        return {"step": self.global_step, "stage": "stats", "where": name, **m}
+
+    def worst_metric(self) -> tuple[str, dict[str, Any], int] | None:
+        """The diverged metric with the largest relative difference, its entry and
+        how many metrics diverged; None when none did."""
         diverged = {
             k: m for k, m in self.metrics.items() if m.get("status") == "diverged"
         }
         if not diverged:
             return None
         name, m = max(diverged.items(), key=lambda kv: kv[1]["rel_diff"])
-        return {"step": self.global_step, "stage": "stats", "where": name, **m}
+        return name, m, len(diverged)
 
 
 @dataclass
@@ -102,16 +111,14 @@ class ReplayReport:
     def first_divergence(self) -> dict[str, Any] | None:
         """The step and metric (largest relative difference) that diverged first."""
         for entry in self.steps:
-            diverged = {
-                k: m for k, m in entry.metrics.items() if m["status"] == "diverged"
-            }
-            if diverged:
-                name, m = max(diverged.items(), key=lambda kv: kv[1]["rel_diff"])
+            worst = entry.worst_metric()
+            if worst is not None:
+                name, m, count = worst
                 return {
                     "global_step": entry.global_step,
                     "metric": name,
                     **m,
-                    "num_diverged_metrics": len(diverged),
+                    "num_diverged_metrics": count,
                 }
         return None
 

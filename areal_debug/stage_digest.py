@@ -204,11 +204,7 @@ class StageLog:
             return {}
         t0 = time.perf_counter()
         pairs = torch.stack([e.pair for _, _, e in flat]).cpu().tolist()
-        nums = (
-            torch.stack([_magnitude(e) for _, _, e in flat]).cpu().tolist()
-            if flat
-            else []
-        )
+        nums = torch.stack([_magnitude(e) for _, _, e in flat]).cpu().tolist()
         out: dict[str, dict[str, list]] = {}
         for (stage, name, entry), pair, num in zip(flat, pairs, nums):
             has_num = entry.sumsq is not None or entry.value is not None

@@ -193,7 +193,9 @@ def local_shard(t: torch.Tensor) -> tuple[torch.Tensor | None, int]:
     shape, offset = compute_local_shape_and_global_offset(t.shape, mesh, placements)
     rows_whole = all(shape[d] == t.shape[d] for d in range(1, t.dim()))
     if rows_whole:
-        return local, int(offset[0]) * math.prod(t.shape[1:]) if t.dim() else 0
+        # Sharded along rows only: the shard is one contiguous run of the whole.
+        flat_offset = int(offset[0]) * math.prod(t.shape[1:]) if t.dim() else 0
+        return local, flat_offset
     # Sharded along an inner dimension: digest the gathered tensor once.
     full = t.full_tensor()
     first = all(c == 0 for c in coordinate)

@@ -159,7 +159,7 @@ class StatsComparison:
             )
             if entry.stages:
                 lines.append(describe(entry.global_step, entry.stages))
-        elif self.steps and all(e.stages for e in self.steps):
+        elif self.steps and all(_all_stages_identical(e) for e in self.steps):
             names = ", ".join(self.steps[-1].stages)
             lines.append(
                 f"Every stage identical at every step ({names}): weights included."
@@ -168,12 +168,15 @@ class StatsComparison:
             lines.append(
                 f"No divergence: {len(self.steps)} replayed steps match the recording."
             )
-        elif first is None:
-            pass
-        else:
+        if first is not None:
             lines.append(
                 f"First divergence at step {first['global_step']}, metric {first['metric']}: "
                 f"recorded {first['recorded']!r}, replayed {first['replayed']!r} "
                 f"(rel diff {first['rel_diff']:.3g}; {first['num_diverged_metrics']} metrics diverged at that step)."
             )
         return lines
+
+
+def _all_stages_identical(entry: StepComparison) -> bool:
+    statuses = {r.get("status") for r in entry.stages.values()}
+    return statuses == {"identical"}

@@ -125,6 +125,12 @@ def test_a_step_whose_weights_differ_is_not_reported_identical():
     # The report reads back with the stages, and the stage order survives JSON.
     again = ReplayReport.from_json(json.loads(json.dumps(report, sort_keys=True)))
     assert again.first_stage_divergence()["stage"] == "weights"
+    lines = comparison.summary_lines()
+    assert (
+        "First divergent stage: weights at step 0 (model.layers.0.mlp.up_proj.weight)."
+        in lines
+    )
+    assert not any(line.startswith("Every stage identical") for line in lines)
 
 
 def test_only_statistics_diverging_is_the_stats_stage():
