@@ -3,13 +3,14 @@
 #   make test    set up if needed, then run the whole test suite
 #   make demo    set up if needed, then record and replay a real GRPO run on CPU
 #   make lint    ruff over the package, tests and benchmarks
+#   make reliability  the whole reliability suite (crashes, hostile files, ...) and its table
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.setup-done
 
-.PHONY: setup test demo lint bench clean
+.PHONY: setup test demo lint bench reliability clean
 
 setup: $(STAMP)
 
@@ -32,14 +33,17 @@ demo: setup
 	$(VENV)/bin/areal-debug demo
 
 lint: setup
-	$(PY) -m ruff check areal_debug tests benchmarks examples
-	$(PY) -m ruff format --check areal_debug tests benchmarks examples
+	$(PY) -m ruff check areal_debug tests benchmarks examples reliability
+	$(PY) -m ruff format --check areal_debug tests benchmarks examples reliability
 
 bench: setup
 	$(PY) benchmarks/dump_overhead.py
 	OMP_NUM_THREADS=1 $(PY) benchmarks/compression.py
 	OMP_NUM_THREADS=1 $(PY) benchmarks/fetch_overhead.py
 	d=$$(mktemp -d) && OMP_NUM_THREADS=1 $(PY) benchmarks/replay_wait.py --workdir $$d && OMP_NUM_THREADS=1 $(PY) benchmarks/stage_digest_cost.py --workdir $$d --reuse; s=$$?; rm -rf $$d; exit $$s
+
+reliability: setup
+	OMP_NUM_THREADS=1 $(PY) -m reliability.run
 
 clean:
 	rm -rf $(VENV)

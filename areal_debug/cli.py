@@ -79,13 +79,10 @@ def cmd_verify(args) -> int:
     steps = reader.available_steps()
     checked, problems = 0, []
     for step in track(steps, "verifying", total=len(steps)):
-        for shard in range(reader.step_meta(step)["num_shards"]):
-            checked += 1
-            try:
-                reader.load_shard(step, shard)
-            except RecordingError as e:
-                problems.append(str(e))
-    bad_payloads = len(problems)
+        files, found = reader.verify_step(step)
+        checked += files
+        problems += found
+    bad_files = len(problems)
     for step in reader.incomplete_steps():
         problems.append(
             f"step {step} is incomplete (no step.json): a head did not finish "
@@ -100,7 +97,7 @@ def cmd_verify(args) -> int:
     for p in problems:
         print(f"FAIL {p}")
     print(
-        f"{checked - bad_payloads}/{checked} payloads of {len(steps)} steps verified; "
+        f"{checked - bad_files}/{checked} files of {len(steps)} steps verified; "
         f"{len(problems)} problem(s)."
     )
     return 1 if problems else 0

@@ -9,6 +9,9 @@ from typing import Any
 
 SPMD = "spmd"
 SINGLE_CONTROLLER = "single-controller"
+# Far above any real run (a shard per data-parallel head), far below a number
+# that would keep a reader looping over shards for ever.
+MAX_SHARDS = 1 << 16
 
 
 def _typed(data: dict, name: str, types, required: bool, default=None):
@@ -65,9 +68,9 @@ class Layout:
             actor_backend=_typed(data, "actor_backend", str, False),
             rollout_backend=_typed(data, "rollout_backend", str, False),
         )
-        if layout.num_shards < 1 or layout.steps_per_epoch < 1:
+        if not 1 <= layout.num_shards <= MAX_SHARDS or layout.steps_per_epoch < 1:
             raise ValueError(
-                f"num_shards and steps_per_epoch must be >= 1, got "
+                f"num_shards must be 1..{MAX_SHARDS} and steps_per_epoch >= 1, got "
                 f"{layout.num_shards} and {layout.steps_per_epoch}"
             )
         if layout.mode not in (SPMD, SINGLE_CONTROLLER):

@@ -24,6 +24,7 @@ import contextlib
 import hashlib
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from typing import Any, BinaryIO
@@ -245,7 +246,7 @@ def decode_payload(data: bytes, codec: str, raw_bytes: int | None, name: str) ->
             f"Cannot decompress {name}: {e!r}. The file is damaged; restore it or "
             "re-record the step."
         ) from e
-    except MemoryError as e:
+    except (MemoryError, OverflowError) as e:
         raise RecordingError(
             f"Cannot decompress {name}: its metadata says {raw_bytes} uncompressed "
             "bytes, more than this machine can hold. Restore the metadata file or "
@@ -310,13 +311,30 @@ def atomic_write_json(path: str, obj: Any) -> None:
     )
 
 
-def read_json(path: str, what: str) -> dict:
+def open_regular(path: str, mode: str = "rb"):
+    """``open(path)``, refused unless it is a regular file: a FIFO or device
+    put in a recording's place must not block or flood a reader."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
-        with open(path) as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise RecordingError(
+                f"{path} is not a regular file (a device, pipe or directory is in "
+                "its place); a recording holds only regular files. Restore it."
+            )
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_json(path: str, what: str) -> Any:
+    try:
+        with open_regular(path, "r") as f:
             return json.load(f)
     except FileNotFoundError:
         raise
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         raise RecordingError(
             f"Cannot read the {what} {path}: {e}. The file is damaged; re-record "
             "the run or restore the file from a copy."

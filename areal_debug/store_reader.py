@@ -13,6 +13,15 @@ import torch
 
 from areal_debug.manifest import Manifest
 from areal_debug.packed_payload import is_packed, unpack
+from areal_debug.recording_schema import (
+    check_batch,
+    check_rng,
+    check_stats,
+    check_step_meta,
+    inside,
+    invalid,
+    member,
+)
 from areal_debug.store_format import (
     MANIFEST,
     RNG,
@@ -25,6 +34,7 @@ from areal_debug.store_format import (
     complete_step_dirs,
     decode_payload,
     list_step_dirs,
+    open_regular,
     read_json,
     sha256_bytes,
     step_dirname,
@@ -61,7 +71,7 @@ class RecordingReader:
                 "same three values as the dump run, or set debug.path to the "
                 "recording directory (the one holding manifest.json)."
             )
-        manifest_path = os.path.join(path, MANIFEST)
+        manifest_path = inside(path, os.path.join(path, MANIFEST))
         if not os.path.exists(manifest_path):
             raise RecordingError(
                 f"{path} is not a recording: it has no {MANIFEST}. Point debug.path at "
@@ -109,9 +119,12 @@ class RecordingReader:
         """Where and why heads stopped recording (empty if none did)."""
         found = []
         for shard in range(self.num_shards):
-            p = os.path.join(self.path, stopped_marker_name(shard))
+            p = inside(self.path, os.path.join(self.path, stopped_marker_name(shard)))
             if os.path.exists(p):
-                found.append(read_json(p, "stop marker"))
+                marker = read_json(p, "stop marker")
+                if not isinstance(marker, dict):
+                    raise invalid(p, "stop marker", "it is not a JSON object")
+                found.append(marker)
         return found
 
     def require_steps(self, steps: Iterable[int]) -> None:
@@ -140,18 +153,29 @@ class RecordingReader:
             "steps (total_train_steps) or record the missing ones."
         )
 
+    def _file(self, step: int, name: Any, where: str = "areal-debug") -> str:
+        """The path of the step's file ``name``, refused if it leaves the recording."""
+        return member(
+            self.path, os.path.join(self.path, step_dirname(step)), name, where
+        )
+
     def step_meta(self, step: int) -> dict[str, Any]:
+        """The step's validated step.json (see recording_schema.check_step_meta)."""
         if step not in self._step_meta:
-            p = os.path.join(self.path, step_dirname(step), STEP_META)
+            p = self._file(step, STEP_META)
             if not os.path.exists(p):
                 self.require_steps([step])
-            self._step_meta[step] = read_json(p, "step metadata")
+            self._step_meta[step] = check_step_meta(
+                read_json(p, "step metadata"), p, step, self.num_shards
+            )
         return self._step_meta[step]
 
     def _stats_file(self, step: int) -> dict[str, Any] | None:
         """The step's stats.json (statistics, timings, RNG checksum), None if absent."""
-        p = os.path.join(self.path, step_dirname(step), STATS)
-        return read_json(p, "recorded statistics") if os.path.exists(p) else None
+        p = self._file(step, STATS)
+        if not os.path.exists(p):
+            return None
+        return check_stats(read_json(p, "recorded statistics"), p)
 
     def recorded_stats(self, step: int) -> dict[str, float] | None:
         """The statistics the dump run committed for ``step`` (None if not recorded)."""
@@ -164,22 +188,21 @@ class RecordingReader:
 
     def recorded_rng(self, step: int) -> dict[str, Any] | None:
         """Every rank's RNG states at the step's dump point (None if not recorded)."""
-        path = os.path.join(self.path, step_dirname(step), RNG)
+        path = self._file(step, RNG)
         if not os.path.exists(path):
             return None
         expected = (self._stats_file(step) or {}).get("rng_sha256")
         data = _read_checked(
             path, expected, "Restore the file or replay with debug.restore_rng=false."
         )
-        return load_payload_bytes(data, path)
+        return check_rng(load_payload_bytes(data, path), path)
 
     def recorded_stages(
         self, step: int
     ) -> tuple[dict[str, Any] | None, dict[str, torch.Tensor] | None]:
         """The step's stage digests (``ranks`` and ``global``) and, when the dump
         run kept them, the per-token stage tensors; ``(None, None)`` if absent."""
-        step_dir = os.path.join(self.path, step_dirname(step))
-        path = os.path.join(step_dir, STAGES_FILE)
+        path = self._file(step, STAGES_FILE)
         if not os.path.exists(path):
             return None, None
         stages = read_json(path, "stage digests")
@@ -197,7 +220,7 @@ class RecordingReader:
         expected = stages.get("tensors_sha256")
         if expected is None:
             return stages, None
-        tensors_path = os.path.join(step_dir, STAGE_TENSORS)
+        tensors_path = self._file(step, STAGE_TENSORS)
         data = _read_checked(
             tensors_path,
             expected,
@@ -224,7 +247,6 @@ class RecordingReader:
                 "engine. Record with a single-controller dump run that has the same "
                 "teacher, or replay without the teacher (teacher=null)."
             )
-        path = os.path.join(self.path, step_dirname(step), entry["file"])
         logps = self._load_entry(
             step,
             entry,
@@ -233,25 +255,55 @@ class RecordingReader:
         if not isinstance(logps, list) or not all(
             isinstance(t, torch.Tensor) for t in logps
         ):
+            path = self._file(step, entry["file"])
             raise RecordingError(
                 f"{path} must hold a list of tensors (one per trajectory), not "
                 f"{type(logps).__name__} {str(logps)[:80]}. Re-record the step."
             )
         return logps
 
+    def verify_step(self, step: int) -> tuple[int, list[str]]:
+        """Read every file of a complete step as a replay would: (files read,
+        what is wrong with them). Optional files that are absent do not count."""
+        try:
+            meta = self.step_meta(step)
+        except RecordingError as e:
+            return 1, [str(e)]
+        loads = [
+            *(lambda s=s: self.load_shard(step, s) for s in range(self.num_shards)),
+            *(
+                [lambda: self.recorded_teacher_logp(step)]
+                if "teacher_logp" in meta
+                else []
+            ),
+            lambda: self.recorded_stats(step),
+            lambda: self.recorded_rng(step),
+            lambda: self.recorded_stages(step),
+        ]
+        files, problems = 1, []
+        for load in loads:
+            try:
+                found = load()
+            except RecordingError as e:
+                found = e
+                problems.append(str(e))
+            files += found not in (None, (None, None))
+        return files, problems
+
     # -- payloads ----------------------------------------------------------------
     def load_shard(self, step: int, shard: int) -> list[dict[str, Any]]:
         entry = self.step_meta(step)["shards"][shard]
-        return self._load_entry(
+        batch = self._load_entry(
             step,
             entry,
             "The file changed after it was recorded (disk error, partial copy, "
             "manual edit); restore it from a copy or re-record.",
         )
+        return check_batch(batch, self._file(step, entry["file"]))
 
     def _load_entry(self, step: int, entry: dict[str, Any], fix: str) -> Any:
         """A payload named by step metadata: checksum, decode, weights_only load."""
-        path = os.path.join(self.path, step_dirname(step), entry["file"])
+        path = self._file(step, entry["file"], f"step {step}'s {STEP_META}")
         data = _read_checked(path, entry["sha256"], fix)
         # v1 metadata has no codec: its payloads are plain torch.save files.
         raw = decode_payload(
@@ -279,7 +331,7 @@ class RecordingReader:
 def _read_checked(path: str, expected_sha256: str | None, fix: str) -> bytes:
     """The file's bytes, after checking them against their recorded sha256."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             data = f.read()
     except OSError as e:
         raise RecordingError(

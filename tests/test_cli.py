@@ -19,7 +19,7 @@ def test_inspect_lists_steps(tmp_path, capsys):
 def test_verify_passes_then_names_the_damaged_file(tmp_path, capsys):
     record(str(tmp_path), {0: [[traj(0)]], 1: [[traj(1)]]})
     assert main(["verify", str(tmp_path)]) == 0
-    assert "2/2 payloads of 2 steps verified; 0 problem(s)" in capsys.readouterr().out
+    assert "4/4 files of 2 steps verified; 0 problem(s)" in capsys.readouterr().out
     payload = tmp_path / step_dirname(1) / shard_payload_name(0, "zstd")
     data = bytearray(payload.read_bytes())
     data[-1] ^= 0xFF
@@ -55,5 +55,5 @@ def test_verify_shows_progress_only_to_a_person(tmp_path, capsys, monkeypatch):
     assert seen == [[0, 1, 2]]
     # Captured output is not a terminal: the bar stays off, the report is whole.
     assert capsys.readouterr().out.endswith(
-        "3/3 payloads of 3 steps verified; 0 problem(s).\n"
+        "6/6 files of 3 steps verified; 0 problem(s).\n"
     )

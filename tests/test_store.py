@@ -510,21 +510,30 @@ def _edit_shard_meta(tmp_path, **changes) -> None:
 
 
 @pytest.mark.parametrize(
-    "changes, message",
+    "changes, message, named",
     [
-        ({"codec": "lz4"}, "uses codec 'lz4', which this areal-debug does not read"),
-        ({"raw_bytes": None}, "has no valid raw_bytes"),
+        (
+            {"codec": "lz4"},
+            "uses codec 'lz4', which this areal-debug does not read",
+            shard_payload_name(0, "zstd"),
+        ),
+        # Refused with the step metadata, before the payload is opened.
+        ({"raw_bytes": None}, r"shards\[0\].raw_bytes is None", STEP_META),
         # A payload that would inflate beyond what its metadata says is refused:
         # it stops at the size the metadata gives.
-        ({"raw_bytes": 100}, "inflates beyond the 100 bytes its metadata says"),
+        (
+            {"raw_bytes": 100},
+            "inflates beyond the 100 bytes its metadata says",
+            shard_payload_name(0, "zstd"),
+        ),
     ],
 )
-def test_codec_metadata_problems_are_named(tmp_path, changes, message):
+def test_codec_metadata_problems_are_named(tmp_path, changes, message, named):
     record(str(tmp_path), {0: [[traj(1)]]})
     _edit_shard_meta(tmp_path, **changes)
     with pytest.raises(RecordingError, match=message) as e:
         RecordingReader(str(tmp_path)).load_shard(0, 0)
-    assert shard_payload_name(0, "zstd") in str(e.value)
+    assert named in str(e.value)
 
 
 def test_damaged_compressed_bytes_with_a_matching_checksum_are_named(tmp_path):

@@ -1,0 +1,124 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A small recording with every kind of file, written by the real writer, and
+everything a replay reads from it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from areal_debug import rng_state
+from areal_debug.store_format import FORMAT_VERSION, RecordingError
+from areal_debug.store_reader import RecordingReader
+from areal_debug.store_writer import RecordingWriter, write_manifest
+
+NUM_SHARDS = 2
+STEPS = (0, 1)
+
+
+def trajectory(seed: int, group: int = 2, length: int = 6) -> dict[str, Any]:
+    """One trajectory as AReaL's RLVR workflow returns it."""
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "input_ids": torch.randint(0, 50, (group, length), generator=g),
+        "attention_mask": torch.ones(group, length, dtype=torch.bool),
+        "loss_mask": torch.ones(group, length, dtype=torch.int32),
+        "logprobs": -torch.rand(group, length, generator=g),
+        "versions": torch.full((group, length), seed % 3, dtype=torch.int32),
+        "rewards": torch.rand(group, generator=g),
+    }
+
+
+def batch(step: int, shard: int) -> list[dict[str, Any]]:
+    return [trajectory(100 * step + 10 * shard + i) for i in range(2)]
+
+
+def write(path: str, steps=STEPS, num_shards: int = NUM_SHARDS, **writer) -> None:
+    """Record ``steps`` at ``path`` with every optional file a step can have."""
+    write_manifest(
+        path,
+        {
+            "format_version": FORMAT_VERSION,
+            "created": "now",
+            "experiment_name": "reliability",
+            "trial_name": "t0",
+            "layout": {"num_shards": num_shards, "steps_per_epoch": 10},
+        },
+    )
+    writers = [
+        RecordingWriter(
+            path,
+            shard=s,
+            num_shards=num_shards,
+            steps_per_epoch=10,
+            records_teacher=s == 0,
+            **writer,
+        )
+        for s in range(num_shards)
+    ]
+    coordinator = writers[0]
+    for step in steps:
+        for s, w in enumerate(writers):
+            w.submit_batch(step, batch(step, s))
+        coordinator.submit_teacher_logp(
+            step, [t["logprobs"] for s in range(num_shards) for t in batch(step, s)]
+        )
+        coordinator.submit_rng(step, [rng_state.capture()] * num_shards)
+        coordinator.submit_stages(
+            step,
+            {"ranks": [{"logp": {"0": "ab" * 16}}], "global": {"weights": {}}},
+            {"logp/0": torch.arange(6.0) + step},
+        )
+        coordinator.submit_stats(step, {"loss": 0.5 + step}, {"timeperf/train": 0.1})
+    for w in writers:
+        w.close()
+
+
+def read_everything(path: str) -> dict[str, Any]:
+    """What a replay, ``verify`` and ``inspect`` read, by step: raises only
+    ``RecordingError`` for anything wrong with the recording."""
+    reader = RecordingReader(path)
+    reader.incomplete_steps()
+    reader.stopped()
+    out: dict[str, Any] = {}
+    for step in reader.available_steps():
+        reader.require_steps([step])
+        _, problems = reader.verify_step(step)
+        if problems:
+            raise RecordingError(problems[0])
+        out[step] = {
+            "shards": [reader.load_shard(step, s) for s in range(reader.num_shards)],
+            "whole": reader.load_for_head(step, 0, 1),
+            "teacher": reader.recorded_teacher_logp(step)
+            if "teacher_logp" in reader.step_meta(step)
+            else None,
+            "rng": reader.recorded_rng(step),
+            "stats": reader.recorded_stats(step),
+            "stages": reader.recorded_stages(step),
+        }
+    return out
+
+
+def same(a: Any, b: Any) -> bool:
+    """Exactly equal: tensors by dtype, shape and bits; containers by type."""
+    if isinstance(a, torch.Tensor):
+        return (
+            isinstance(b, torch.Tensor)
+            and a.dtype == b.dtype
+            and a.shape == b.shape
+            and torch.equal(a, b)
+        )
+    if isinstance(a, dict):
+        return (
+            isinstance(b, dict)
+            and a.keys() == b.keys()
+            and all(same(a[k], b[k]) for k in a)
+        )
+    if isinstance(a, list | tuple):
+        return (
+            type(a) is type(b)
+            and len(a) == len(b)
+            and all(same(x, y) for x, y in zip(a, b, strict=True))
+        )
+    return a == b or (a != a and b != b)  # NaN equals NaN here
