@@ -22,6 +22,7 @@ import json
 import os
 import sys
 
+from areal_debug.recording_lock import describe
 from areal_debug.store_format import STATS, RecordingError, step_dirname
 from areal_debug.store_reader import RecordingReader, format_ranges
 
@@ -41,6 +42,12 @@ def cmd_inspect(args) -> int:
         f"training data-parallel size {layout.training_dp_size}, "
         f"{reader.num_shards} shard(s) per step, {reader.steps_per_epoch} steps/epoch"
     )
+    writer = reader.writer()
+    if writer is not None:
+        print(
+            f"writing     a dump run is still recording ({describe(writer)}): "
+            "only complete steps are listed"
+        )
     steps = reader.available_steps()
     print(
         f"steps       {format_ranges(steps)} complete"
@@ -76,6 +83,7 @@ def cmd_verify(args) -> int:
     from areal_debug.inspect.common import track
 
     reader = RecordingReader(args.path)
+    writer = reader.writer()
     steps = reader.available_steps()
     checked, problems = 0, []
     for step in track(steps, "verifying", total=len(steps)):
@@ -83,7 +91,16 @@ def cmd_verify(args) -> int:
         checked += files
         problems += found
     bad_files = len(problems)
+    if writer is not None:
+        # Steps after the last complete one are being written, not broken.
+        print(
+            f"NOTE a dump run is still recording ({describe(writer)}): "
+            f"verified the {len(steps)} steps complete when verify started"
+        )
     for step in reader.incomplete_steps():
+        if writer is not None and step > max(steps, default=-1):
+            print(f"NOTE step {step} is being written")
+            continue
         problems.append(
             f"step {step} is incomplete (no step.json): a head did not finish "
             "writing it; replay cannot use it."

@@ -5,6 +5,7 @@ what a payload may hold.
 Layout (see docs/format.md)::
 
     <path>/manifest.json                    written once by global rank 0
+    <path>/dump.lock                        locked by the dump run writing it
     <path>/step-000007/shard-00000.pt.zst   one payload per data-parallel head
     <path>/step-000007/shard-00000.json     that payload's codec, sizes, sha256, counts
     <path>/step-000007/step.json            written last: the step exists
@@ -45,6 +46,10 @@ TEACHER_LOGP_META = "teacher_logp.json"
 ANOMALY = "anomaly.json"
 STAGES_FILE = "stages.json"
 STAGE_TENSORS = "stage_tensors.pt"
+# An atomic write's file until it is renamed into place.
+TEMPORARY_PREFIX = ".tmp-"
+# Held (flock) by the dump run writing the recording; names it.
+LOCK_FILE = "dump.lock"
 
 
 class RecordingError(RuntimeError):
@@ -270,7 +275,7 @@ def atomic_file(path: str) -> Iterator[BinaryIO]:
     """
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=TEMPORARY_PREFIX, dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
             yield f

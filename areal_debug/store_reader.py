@@ -13,6 +13,7 @@ import torch
 
 from areal_debug.manifest import Manifest
 from areal_debug.packed_payload import is_packed, unpack
+from areal_debug.recording_lock import writer_of
 from areal_debug.recording_schema import (
     check_batch,
     check_rng,
@@ -78,7 +79,7 @@ class RecordingReader:
                 "the directory a dump run (debug.dump_rollout_data=true) wrote; if "
                 "that run was killed before its first step, record again."
             )
-        raw = read_json(manifest_path, "manifest")
+        raw = _read_json(manifest_path, "manifest")
         version = raw.get("format_version") if isinstance(raw, dict) else None
         if version not in SUPPORTED_FORMAT_VERSIONS:
             written_by = (
@@ -115,13 +116,18 @@ class RecordingReader:
         complete = set(self.available_steps())
         return [s for s in list_step_dirs(self.path) if s not in complete]
 
+    def writer(self) -> dict[str, Any] | None:
+        """The dump run still writing this recording (pid, host, run, since),
+        None if none is: its newest steps may then still be incomplete."""
+        return writer_of(self.path)
+
     def stopped(self) -> list[dict[str, Any]]:
         """Where and why heads stopped recording (empty if none did)."""
         found = []
         for shard in range(self.num_shards):
             p = inside(self.path, os.path.join(self.path, stopped_marker_name(shard)))
             if os.path.exists(p):
-                marker = read_json(p, "stop marker")
+                marker = _read_json(p, "stop marker")
                 if not isinstance(marker, dict):
                     raise invalid(p, "stop marker", "it is not a JSON object")
                 found.append(marker)
@@ -166,7 +172,7 @@ class RecordingReader:
             if not os.path.exists(p):
                 self.require_steps([step])
             self._step_meta[step] = check_step_meta(
-                read_json(p, "step metadata"), p, step, self.num_shards
+                _read_json(p, "step metadata"), p, step, self.num_shards
             )
         return self._step_meta[step]
 
@@ -175,7 +181,7 @@ class RecordingReader:
         p = self._file(step, STATS)
         if not os.path.exists(p):
             return None
-        return check_stats(read_json(p, "recorded statistics"), p)
+        return check_stats(_read_json(p, "recorded statistics"), p)
 
     def recorded_stats(self, step: int) -> dict[str, float] | None:
         """The statistics the dump run committed for ``step`` (None if not recorded)."""
@@ -205,7 +211,7 @@ class RecordingReader:
         path = self._file(step, STAGES_FILE)
         if not os.path.exists(path):
             return None, None
-        stages = read_json(path, "stage digests")
+        stages = _read_json(path, "stage digests")
         if not (
             isinstance(stages, dict)
             and isinstance(stages.get("ranks"), list)
@@ -334,10 +340,7 @@ def _read_checked(path: str, expected_sha256: str | None, fix: str) -> bytes:
         with open_regular(path) as f:
             data = f.read()
     except OSError as e:
-        raise RecordingError(
-            f"Cannot read {path}: {e}. The step is listed as complete, so the file "
-            "was removed or damaged after recording."
-        ) from e
+        raise _unreadable(path, e) from e
     if expected_sha256 is not None:
         actual = sha256_bytes(data)
         if actual != expected_sha256:
@@ -346,6 +349,29 @@ def _read_checked(path: str, expected_sha256: str | None, fix: str) -> bytes:
                 f"got {actual}. {fix}"
             )
     return data
+
+
+def _read_json(path: str, what: str) -> Any:
+    """``read_json`` for a reader: a file gone meanwhile is a RecordingError too."""
+    try:
+        return read_json(path, what)
+    except FileNotFoundError as e:
+        raise _unreadable(path, e) from e
+
+
+def _unreadable(path: str, e: OSError) -> RecordingError:
+    if not os.path.isdir(os.path.dirname(path)):
+        return RecordingError(
+            f"Cannot read {path}: its step was deleted while it was being read. "
+            "A dump run still writing this recording deletes old steps when it "
+            "keeps a ring buffer or a disk budget (debug.keep_last_steps, "
+            "debug.max_disk_gb): pin the steps you read (debug.pin_steps) or read "
+            "a copy of the recording."
+        )
+    return RecordingError(
+        f"Cannot read {path}: {e}. The step is listed as complete, so the file "
+        "was removed or damaged after recording."
+    )
 
 
 def reshard(

@@ -40,6 +40,7 @@ from areal_debug.store_format import (
     STATS,
     STEP_META,
     TEACHER_LOGP_META,
+    TEMPORARY_PREFIX,
     PayloadSink,
     RecordingError,
     atomic_file,
@@ -533,6 +534,46 @@ def write_manifest(path: str, manifest: Manifest | dict[str, Any]) -> None:
         )
         manifest.created = old.created or manifest.created
     atomic_write_json(manifest_path, manifest.to_json())
+
+
+def sweep_leftovers(path: str, before_step: int) -> list[str]:
+    """Remove what a killed dump run left half-done: temporary files of atomic
+    writes, half-deleted steps and half-copied checkpoints.
+
+    None of it is visible as recorded data (a reader never lists it), but it
+    holds disk. Run by the coordinator of a resumed run before any head
+    writes; steps from ``before_step`` on are being recorded again and are
+    moved aside whole (``supersede_steps``), so their directories are left be.
+    """
+    swept = []
+    kept_root = os.path.join(path, KEPT)
+    places = [path, kept_root] + [
+        d for s, d in list_step_dirs(path).items() if s < before_step
+    ]
+    for place in places:
+        if not os.path.isdir(place):
+            continue
+        for name in os.listdir(place):
+            half_done = (
+                name.startswith(TEMPORARY_PREFIX)
+                or name.startswith(retention.DELETING_PREFIX)
+                or (place == kept_root and name.endswith(".partial"))
+            )
+            if half_done:
+                target = os.path.join(place, name)
+                if os.path.isdir(target) and not os.path.islink(target):
+                    shutil.rmtree(target, ignore_errors=True)
+                else:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(target)
+                swept.append(target)
+    if swept:
+        logger.warning(
+            f"Removed {len(swept)} leftovers of an interrupted dump run from {path} "
+            "(temporary files, half-deleted steps, half-copied checkpoints); no "
+            "recorded step was among them."
+        )
+    return swept
 
 
 def supersede_steps(path: str, first_step: int) -> list[int]:

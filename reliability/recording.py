@@ -34,44 +34,59 @@ def batch(step: int, shard: int) -> list[dict[str, Any]]:
     return [trajectory(100 * step + 10 * shard + i) for i in range(2)]
 
 
-def write(path: str, steps=STEPS, num_shards: int = NUM_SHARDS, **writer) -> None:
-    """Record ``steps`` at ``path`` with every optional file a step can have."""
-    write_manifest(
-        path,
-        {
-            "format_version": FORMAT_VERSION,
-            "created": "now",
-            "experiment_name": "reliability",
-            "trial_name": "t0",
-            "layout": {"num_shards": num_shards, "steps_per_epoch": 10},
-        },
-    )
-    writers = [
+MANIFEST = {
+    "format_version": FORMAT_VERSION,
+    "created": "now",
+    "experiment_name": "reliability",
+    "trial_name": "t0",
+    "layout": {"num_shards": NUM_SHARDS, "steps_per_epoch": 100},
+}
+
+
+def writers(
+    path: str, num_shards: int = NUM_SHARDS, **options
+) -> list[RecordingWriter]:
+    """One writer per data-parallel head; head 0 is the coordinator (teacher
+    log-probs, RNG, stages, stats, retention)."""
+    retention = options.pop("retention_policy", None)
+    return [
         RecordingWriter(
             path,
             shard=s,
             num_shards=num_shards,
-            steps_per_epoch=10,
+            steps_per_epoch=100,
             records_teacher=s == 0,
-            **writer,
+            retention_policy=retention if s == 0 else None,
+            **options,
         )
         for s in range(num_shards)
     ]
-    coordinator = writers[0]
+
+
+def submit_step(heads: list[RecordingWriter], step: int) -> None:
+    """Everything a dump run records for ``step``, in the order it does."""
+    coordinator = heads[0]
+    for s, w in enumerate(heads):
+        w.submit_batch(step, batch(step, s))
+    coordinator.submit_teacher_logp(
+        step, [t["logprobs"] for s in range(len(heads)) for t in batch(step, s)]
+    )
+    coordinator.submit_rng(step, [rng_state.capture()] * len(heads))
+    coordinator.submit_stages(
+        step,
+        {"ranks": [{"logp": {"0": "ab" * 16}}], "global": {"weights": {}}},
+        {"logp/0": torch.arange(6.0) + step},
+    )
+    coordinator.submit_stats(step, {"loss": 0.5 + step}, {"timeperf/train": 0.1})
+
+
+def write(path: str, steps=STEPS) -> None:
+    """Record ``steps`` at ``path`` with every optional file a step can have."""
+    write_manifest(path, MANIFEST)
+    heads = writers(path)
     for step in steps:
-        for s, w in enumerate(writers):
-            w.submit_batch(step, batch(step, s))
-        coordinator.submit_teacher_logp(
-            step, [t["logprobs"] for s in range(num_shards) for t in batch(step, s)]
-        )
-        coordinator.submit_rng(step, [rng_state.capture()] * num_shards)
-        coordinator.submit_stages(
-            step,
-            {"ranks": [{"logp": {"0": "ab" * 16}}], "global": {"weights": {}}},
-            {"logp/0": torch.arange(6.0) + step},
-        )
-        coordinator.submit_stats(step, {"loss": 0.5 + step}, {"timeperf/train": 0.1})
-    for w in writers:
+        submit_step(heads, step)
+    for w in heads:
         w.close()
 
 

@@ -2,7 +2,7 @@
 """Run the reliability suite and print its table (``make reliability``).
 
     python -m reliability.run                 # every family, full size
-    python -m reliability.run --cases 40      # a quick pass
+    python -m reliability.run --cases 40 --chains 1   # a quick pass
 
 Exits 1 if any case was not handled; each failure is printed in full.
 """
@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 
-from reliability import hostile
+from reliability import concurrent, crash, full_disk, hostile
 from reliability.tally import Tally, table
 
 
@@ -24,6 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=int, default=500, help="generated cases per family")
     ap.add_argument("--seed", type=int, default=0, help="seed of the generated cases")
+    ap.add_argument(
+        "--chains", type=int, default=10, help="crash chains (4 kills each)"
+    )
     args = ap.parse_args(argv)
     # Each case's own log lines would drown the table.
     logging.disable(logging.CRITICAL)
@@ -32,6 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     tallies: list[Tally] = []
     with tempfile.TemporaryDirectory(prefix="areal-debug-reliability-") as root:
         tallies += hostile.run(os.path.join(root, "hostile"), args.cases, args.seed)
+        tallies += crash.run(os.path.join(root, "crash"), args.chains, 4, args.seed)
+        tallies.append(
+            full_disk.run(os.path.join(root, "full-disk"), args.chains, args.seed)
+        )
+        tallies += concurrent.run(os.path.join(root, "concurrent"), args.cases // 5)
     print(table(tallies))
     print(f"({time.monotonic() - t0:.0f} s, seed {args.seed})")
     return 0 if all(t.all_handled for t in tallies) else 1

@@ -25,7 +25,7 @@ from support.recordings import (
 )
 
 from areal_debug.stats_comparison import training_stats
-from areal_debug.store_format import shard_payload_name, step_dirname
+from areal_debug.store_format import LOCK_FILE, shard_payload_name, step_dirname
 from areal_debug.store_reader import RecordingReader
 
 pytestmark = pytest.mark.areal
@@ -125,6 +125,9 @@ def test_recording_holds_the_committed_statistics(spmd_d1):
         assert reader.recorded_stats(step) == training_stats(stats)
     layout = reader.manifest.layout
     assert layout.num_shards == 1 and layout.mode == "spmd"
+    # The run took the recording's lock, and its end released it.
+    assert os.path.exists(os.path.join(spmd_d1.path, LOCK_FILE))
+    assert reader.writer() is None
 
 
 def test_two_heads_record_one_shard_each(spmd_d2):

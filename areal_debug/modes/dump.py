@@ -20,6 +20,7 @@ from areal_debug.anomaly import AnomalyDetector
 from areal_debug.determinism import current_settings
 from areal_debug.manifest import Manifest
 from areal_debug.modes.base import ActiveMode
+from areal_debug.recording_lock import RecordingLock
 from areal_debug.retention import RetentionPolicy
 from areal_debug.sglang_stand_in import missing_sglang_error, relax_sglang_check
 from areal_debug.stats_comparison import (
@@ -28,7 +29,12 @@ from areal_debug.stats_comparison import (
     training_stats,
 )
 from areal_debug.store_format import FORMAT_VERSION
-from areal_debug.store_writer import RecordingWriter, supersede_steps, write_manifest
+from areal_debug.store_writer import (
+    RecordingWriter,
+    supersede_steps,
+    sweep_leftovers,
+    write_manifest,
+)
 
 logger = logging.getLogger("DebugDump")
 
@@ -39,6 +45,7 @@ class DumpMode(ActiveMode):
     def __init__(self, trainer, debug, topology):
         super().__init__(trainer, debug, topology)
         self.writer: RecordingWriter | None = None
+        self.lock: RecordingLock | None = None
         self._sglang_guard = None
         self.records_teacher = False
         self.policy = RetentionPolicy.from_debug(debug)
@@ -89,6 +96,11 @@ class DumpMode(ActiveMode):
     def started(self) -> None:
         super().started()
         if self.topology.is_coordinator():
+            config = self.trainer.config
+            # Before anything is written: a second run on the path stops here.
+            self.lock = RecordingLock.acquire(
+                self.debug.path, f"{config.experiment_name}/{config.trial_name}"
+            )
             write_manifest(self.debug.path, self.manifest())
         logger.info(f"Recording rollout batches to {self.debug.path}")
 
@@ -178,6 +190,10 @@ class DumpMode(ActiveMode):
         before = areal_compat.last_recover_step(self.trainer)
         default(epoch, epoch_step, step)
         saved = areal_compat.last_recover_step(self.trainer) == step != before
+        if saved and self.writer is not None:
+            # A run resumed from this checkpoint records from step + 1 on: the
+            # steps up to here must be whole on disk, or a crash now loses them.
+            self.writer.flush()
         if saved:
             # AReaL overwrites its one recover checkpoint at the next save; a
             # replay of step N needs the one before N, so a copy stays with the
@@ -206,6 +222,7 @@ class DumpMode(ActiveMode):
     # -- the run -------------------------------------------------------------------
     def before_train(self, start: int, workflow, total_epochs):
         if self.topology.is_coordinator():
+            sweep_leftovers(self.debug.path, start)
             supersede_steps(self.debug.path, start)
         self.topology.barrier(self.trainer)
         return workflow
@@ -220,5 +237,7 @@ class DumpMode(ActiveMode):
             if self.writer is not None:
                 self.writer.close()
         finally:
+            if self.lock is not None:
+                self.lock.release()
             if self._sglang_guard is not None:
                 self._sglang_guard.restore()

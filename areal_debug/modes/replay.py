@@ -14,13 +14,14 @@ from areal_debug import areal_compat, checkpoints
 from areal_debug.determinism import current_settings, differences
 from areal_debug.engines import ReplayEngine, ReplayTeacher
 from areal_debug.modes.base import ActiveMode
+from areal_debug.recording_lock import describe
 from areal_debug.replay_loader import ReplayDataLoader
 from areal_debug.replay_report import REPORT_NAME, TopologyChange
 from areal_debug.stage_comparison import compare_stages
 from areal_debug.stats_comparison import StatsComparison, timing_stats, training_stats
 from areal_debug.step_clock import StepClockError
 from areal_debug.store_format import RecordingError, atomic_write_json
-from areal_debug.store_reader import RecordingReader
+from areal_debug.store_reader import RecordingReader, format_ranges
 
 # The replay report's per-step timing of what the loop waited for recorded data.
 REPLAY_WAIT = "replay/wait_for_data"
@@ -56,6 +57,15 @@ class ReplayMode(ActiveMode):
     def prepare(self, config, train_dataset, valid_dataset):
         # Fail on a bad path before any model is built.
         self.reader = RecordingReader(self.debug.path)
+        writer = self.reader.writer()
+        if writer is not None:
+            logger.warning(
+                f"The recording at {self.debug.path} is still being written by a "
+                f"dump run ({describe(writer)}). This replay uses the steps that "
+                f"are complete ({format_ranges(self.reader.available_steps())}); "
+                "if that run deletes old steps (debug.keep_last_steps, "
+                "debug.max_disk_gb), pin the ones you replay (debug.pin_steps)."
+            )
         self._adjust_config(config)
         super().prepare(config, train_dataset, valid_dataset)
         if train_dataset is not None or valid_dataset is not None:
