@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import Future
+from types import SimpleNamespace
 
 import torch
 from areal.utils.data import concat_padded_tensors, cycle_dataloader
@@ -43,6 +44,8 @@ class FakeRolloutEngine:
         self._bad_step = None if bad is None else int(bad)
         self.digit_ids = [tokenizer.convert_tokens_to_ids(str(d)) for d in range(19)]
         self.eos = tokenizer.eos_token_id
+        # A resumed PPOTrainer syncs the executor's staleness manager (none here).
+        self.workflow_executor = SimpleNamespace(staleness_manager=None)
 
     def _sample(self, prompt_ids: list[int], answer: str) -> dict:
         n = int(torch.randint(1, 6, (1,), generator=self.gen))

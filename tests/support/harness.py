@@ -28,6 +28,16 @@ class Run:
         return {s["global_step"]: s["stats"] for s in self.stats}
 
 
+def torchrun(nproc: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={nproc}",
+        f"--master-port={free_port()}",
+    ]
+
+
 def run_torchrun(
     workdir: str,
     name: str,
@@ -37,14 +47,7 @@ def run_torchrun(
     timeout: float = 600,
 ) -> Run:
     """Run the fake-engine script under torchrun."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--nproc-per-node={nproc}",
-        f"--master-port={free_port()}",
-    ]
-    return _run(workdir, name, cmd, overrides, env, timeout)
+    return _run(workdir, name, torchrun(nproc), overrides, env, timeout)
 
 
 def run_launcher(
@@ -59,7 +62,8 @@ def run_launcher(
     return _run(workdir, name, cmd, overrides, env, timeout)
 
 
-def _run(workdir, name, launch, overrides, env, timeout) -> Run:
+def fake_engine_command(workdir, name, launch, overrides, env=None):
+    """(command, environment, stats file) of the fake-engine script under ``launch``."""
     stats_file = os.path.join(workdir, f"{name}.stats.jsonl")
     if os.path.exists(stats_file):
         os.unlink(stats_file)
@@ -82,6 +86,13 @@ def _run(workdir, name, launch, overrides, env, timeout) -> Run:
         "AREAL_DEBUG_TEST_STATS": stats_file,
         **(env or {}),
     }
+    return cmd, full_env, stats_file
+
+
+def _run(workdir, name, launch, overrides, env, timeout) -> Run:
+    cmd, full_env, stats_file = fake_engine_command(
+        workdir, name, launch, overrides, env
+    )
     rc, log = run_logged(cmd, workdir, name, full_env, timeout)
     stats = []
     if os.path.exists(stats_file):

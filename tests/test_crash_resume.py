@@ -1,0 +1,107 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A real AReaL dump run SIGKILLed mid-run (the whole torchrun session), resumed
+by AReaL's own recovery, and replayed: the recording-level crash family
+(reliability/crash.py) on the real trainer."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+import signal
+import time
+
+import pytest
+from support.harness import (
+    end_session,
+    fake_engine_command,
+    recording_dir,
+    replay_report,
+    run_torchrun,
+    start_logged,
+    torchrun,
+)
+
+from areal_debug.cli import main as cli
+from areal_debug.store_format import STEP_META, step_dirname
+from areal_debug.store_reader import RecordingReader
+
+STEPS = 5
+DUMP = [
+    f"total_train_steps={STEPS}",
+    "debug.dump_rollout_data=true",
+    "recover.mode=on",
+    "++recover.freq_steps=1",
+]
+
+
+def kill_after_step(workdir: str, step: int) -> str:
+    """Start the dump; SIGKILL its whole session once ``step`` is recorded."""
+    cmd, env, _ = fake_engine_command(workdir, "killed", torchrun(1), DUMP)
+    done = os.path.join(recording_dir(workdir), step_dirname(step), STEP_META)
+    proc = start_logged(cmd, workdir, "killed", env)
+    try:
+        deadline = time.monotonic() + 300
+        while not os.path.exists(done) and proc.poll() is None:
+            assert time.monotonic() < deadline, "the dump never recorded the step"
+            time.sleep(0.05)
+        assert proc.poll() is None, "the dump ended before it could be killed"
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        end_session(proc)
+    with open(os.path.join(workdir, "killed.log")) as f:
+        return f.read()
+
+
+@pytest.mark.areal
+def test_a_killed_dump_run_resumes_and_its_recording_replays_bitwise(workdir):
+    d = str(workdir)
+    path = recording_dir(d)
+    kill_after_step(d, 1)
+
+    # What the killed run left: complete steps whole, the lock free, verify
+    # naming what is incomplete in one line each.
+    reader = RecordingReader(path)
+    complete = reader.available_steps()
+    assert complete[:2] == [0, 1]
+    for step in complete:
+        assert reader.verify_step(step)[1] == []
+    # The kernel frees the lock as each killed process ends (within moments).
+    deadline = time.monotonic() + 30
+    while reader.writer() is not None:
+        assert time.monotonic() < deadline, reader.writer()
+        time.sleep(0.1)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = cli(["verify", path])
+    assert rc == (1 if reader.incomplete_steps() else 0), out.getvalue()
+    for step in reader.incomplete_steps():
+        assert f"step {step} is incomplete" in out.getvalue()
+
+    # AReaL resumes from its recover checkpoint; the recording continues. Its
+    # launchers clear the trial's name-resolve entries first (a killed run
+    # leaves them); under bare torchrun the test does.
+    shutil.rmtree(os.path.join(d, "root", "name_resolve"))
+    resumed = run_torchrun(d, "resumed", 1, DUMP)
+    assert resumed.returncode == 0, resumed.log[-3000:]
+    assert "Continuing the recording" in resumed.log
+    reader = RecordingReader(path)
+    assert reader.available_steps() == list(range(STEPS))
+    assert reader.incomplete_steps() == []
+
+    # Every step replays bit for bit, across the kill and the resume.
+    replay = run_torchrun(
+        d,
+        "replay",
+        1,
+        [
+            f"total_train_steps={STEPS}",
+            "debug.replay_rollout_data=true",
+            "debug.replay_trial_name=t0_replay",
+        ],
+    )
+    assert replay.returncode == 0, replay.log[-3000:]
+    report = replay_report(d)
+    assert report["summary"]["steps"] == STEPS
+    assert report["summary"]["all_identical"] is True, report["first_divergence"]
