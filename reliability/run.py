@@ -10,7 +10,7 @@ Exits 1 if any case was not handled; each failure is printed in full.
 from __future__ import annotations
 
 import argparse
-import logging
+import contextlib
 import os
 import sys
 import tempfile
@@ -18,6 +18,28 @@ import time
 
 from reliability import concurrent, crash, full_disk, hostile
 from reliability.tally import Tally, table
+
+
+@contextlib.contextmanager
+def _output_to(path: str):
+    """Send this process's stdout and stderr (file descriptors: AReaL's log
+    handlers hold the streams) to ``path``: each case's log lines would drown
+    the table."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(path, "w") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,12 +50,13 @@ def main(argv: list[str] | None = None) -> int:
         "--chains", type=int, default=10, help="crash chains (4 kills each)"
     )
     args = ap.parse_args(argv)
-    # Each case's own log lines would drown the table.
-    logging.disable(logging.CRITICAL)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     t0 = time.monotonic()
     tallies: list[Tally] = []
-    with tempfile.TemporaryDirectory(prefix="areal-debug-reliability-") as root:
+    with (
+        tempfile.TemporaryDirectory(prefix="areal-debug-reliability-") as root,
+        _output_to(log := f"{root}.log"),
+    ):
         tallies += hostile.run(os.path.join(root, "hostile"), args.cases, args.seed)
         tallies += crash.run(os.path.join(root, "crash"), args.chains, 4, args.seed)
         tallies.append(
@@ -41,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         tallies += concurrent.run(os.path.join(root, "concurrent"), args.cases // 5)
     print(table(tallies))
-    print(f"({time.monotonic() - t0:.0f} s, seed {args.seed})")
+    print(
+        f"({time.monotonic() - t0:.0f} s, seed {args.seed}; what the cases logged: {log})"
+    )
     return 0 if all(t.all_handled for t in tallies) else 1
 
 
