@@ -253,7 +253,7 @@ class RecordingReader:
                 "engine. Record with a single-controller dump run that has the same "
                 "teacher, or replay without the teacher (teacher=null)."
             )
-        logps = self._load_entry(
+        logps, path = self._load_entry(
             step,
             entry,
             "The file changed after it was recorded; restore it or re-record.",
@@ -261,7 +261,6 @@ class RecordingReader:
         if not isinstance(logps, list) or not all(
             isinstance(t, torch.Tensor) for t in logps
         ):
-            path = self._file(step, entry["file"])
             raise RecordingError(
                 f"{path} must hold a list of tensors (one per trajectory), not "
                 f"{type(logps).__name__} {str(logps)[:80]}. Re-record the step."
@@ -299,23 +298,26 @@ class RecordingReader:
     # -- payloads ----------------------------------------------------------------
     def load_shard(self, step: int, shard: int) -> list[dict[str, Any]]:
         entry = self.step_meta(step)["shards"][shard]
-        batch = self._load_entry(
+        batch, path = self._load_entry(
             step,
             entry,
             "The file changed after it was recorded (disk error, partial copy, "
             "manual edit); restore it from a copy or re-record.",
         )
-        return check_batch(batch, self._file(step, entry["file"]))
+        return check_batch(batch, path)
 
-    def _load_entry(self, step: int, entry: dict[str, Any], fix: str) -> Any:
-        """A payload named by step metadata: checksum, decode, weights_only load."""
+    def _load_entry(
+        self, step: int, entry: dict[str, Any], fix: str
+    ) -> tuple[Any, str]:
+        """A payload named by step metadata (checksum, decode, weights_only
+        load), and its path."""
         path = self._file(step, entry["file"], f"step {step}'s {STEP_META}")
         data = _read_checked(path, entry["sha256"], fix)
         # v1 metadata has no codec: its payloads are plain torch.save files.
         raw = decode_payload(
             data, entry.get("codec", "none"), entry.get("raw_bytes"), path
         )
-        return load_payload_bytes(raw, path)
+        return load_payload_bytes(raw, path), path
 
     def load_for_head(
         self, step: int, dp_rank: int, dp_size: int
