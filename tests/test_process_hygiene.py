@@ -1,0 +1,100 @@
+# SPDX-License-Identifier: Apache-2.0
+"""SIGTERM or SIGINT to the torchrun of an SPMD dump or replay, at a random point
+of the run (a fixed seed): nothing of the run is left in the process table.
+(Single-controller mode: tests/test_single_controller.py.)"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+
+import psutil
+import pytest
+from support.harness import (
+    end_session,
+    fake_engine_command,
+    recording_dir,
+    run_torchrun,
+    start_logged,
+    torchrun,
+)
+
+from areal_debug.store_format import STEP_META, step_dirname
+
+
+def run_processes(workdir: str) -> list[psutil.Process]:
+    """Live processes started for runs under ``workdir``."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if workdir in cmdline and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(proc)
+    return found
+
+
+def signal_mid_run(workdir: str, name: str, overrides: list[str], sig, seed: int):
+    """Start a 2-process run; once its first step is recorded (or replayed),
+    wait a random moment and send ``sig`` to torchrun alone, as a terminal or
+    a scheduler does."""
+    cmd, env, stats = fake_engine_command(workdir, name, torchrun(2), overrides)
+    proc = start_logged(cmd, workdir, name, env)
+    try:
+        deadline = time.monotonic() + 300
+        while proc.poll() is None and not _first_step_done(workdir, stats):
+            assert time.monotonic() < deadline, "the run never finished a step"
+            time.sleep(0.05)
+        time.sleep(random.Random(seed).uniform(0, 2))
+        assert proc.poll() is None, "the run ended before the signal"
+        # torchrun and its two workers at least: the table check sees them.
+        assert len(run_processes(workdir)) >= 3
+        proc.send_signal(sig)
+        rc = proc.wait(timeout=120)
+        # Whatever the run started ends with it (moments after torchrun).
+        deadline = time.monotonic() + 30
+        while run_processes(workdir) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = [" ".join(p.cmdline())[:160] for p in run_processes(workdir)]
+    finally:
+        end_session(proc)
+    return rc, left
+
+
+def _first_step_done(workdir: str, stats: str) -> bool:
+    recorded = os.path.join(recording_dir(workdir), step_dirname(0), STEP_META)
+    return os.path.exists(recorded) or (
+        os.path.exists(stats) and os.path.getsize(stats) > 0
+    )
+
+
+DUMP = [
+    "allocation_mode=fsdp:d2",
+    "actor.backend=fsdp:d2",
+    "total_train_steps=20",
+    "debug.dump_rollout_data=true",
+]
+
+
+@pytest.mark.areal
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
+def test_a_signal_to_torchrun_leaves_no_process_of_a_dump(workdir, sig):
+    rc, left = signal_mid_run(str(workdir), f"dump-{sig.name}", DUMP, sig, seed=sig)
+    assert rc != 0
+    assert left == []
+
+
+@pytest.mark.areal
+def test_a_signal_to_torchrun_leaves_no_process_of_a_replay(workdir):
+    d = str(workdir)
+    dump = run_torchrun(d, "dump", 2, [*DUMP[:2], "total_train_steps=3", DUMP[3]])
+    assert dump.returncode == 0, dump.log[-3000:]
+    replay = [
+        *DUMP[:2],
+        "total_train_steps=3",
+        "debug.replay_rollout_data=true",
+        "debug.replay_trial_name=t0_replay",
+    ]
+    rc, left = signal_mid_run(d, "replay", replay, signal.SIGTERM, seed=1)
+    assert rc != 0
+    assert left == []
