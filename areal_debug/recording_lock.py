@@ -10,6 +10,7 @@ still being written.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import errno
 import fcntl
@@ -86,7 +87,10 @@ class RecordingLock:
         if self._fd is None:
             return
         fd, self._fd = self._fd, None
-        os.ftruncate(fd, 0)  # nobody holds it: readers see an empty file
+        # Nobody holds it: readers see an empty file (if the disk still takes
+        # writes; the unlock below is what counts).
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
 
