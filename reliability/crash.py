@@ -95,11 +95,9 @@ def check(path: str) -> str | None:
             _, problems = reader.verify_step(step)
             if problems:
                 return f"complete step {step} does not verify: {problems[0]}"
-            for shard in range(reader.num_shards):
-                if not recording.same(
-                    reader.load_shard(step, shard), recording.batch(step, shard)
-                ):
-                    return f"complete step {step} shard {shard} differs from what was recorded"
+            problem = recording.altered(reader, step)
+            if problem:
+                return f"complete {problem}"
     except RecordingError as e:
         return f"RecordingError: {e}"
     out, err = io.StringIO(), io.StringIO()
@@ -168,20 +166,16 @@ def run(root: str, chains: int, kills_per_chain: int = 4, seed: int = 0) -> list
             label, rc = run_once(path, rng, attempt < kills_per_chain, keep_last)
             history.append(f"{label} (exit {rc})")
             problem = check(path)
+            where = f"chain {chain}: {' -> '.join(history)}"
             if attempt < kills_per_chain:
                 # A run the kill point never reached finished: not a kill.
-                if problem:
-                    kills.fail(f"chain {chain}: {' -> '.join(history)}: {problem}")
-                elif rc == -signal.SIGKILL:
-                    kills.ok()
+                if problem or rc == -signal.SIGKILL:
+                    kills.record(problem, where)
             else:
                 problem = (
                     problem
                     or (f"exit {rc}" if rc else None)
                     or final_check(path, keep_last)
                 )
-                if problem:
-                    resumed.fail(f"chain {chain}: {' -> '.join(history)}: {problem}")
-                else:
-                    resumed.ok()
+                resumed.record(problem, where)
     return [kills, resumed]

@@ -37,6 +37,7 @@ from areal_debug.store_format import (
     STATS,
     STEP_META,
     RecordingError,
+    sha256_bytes,
     shard_meta_name,
     shard_payload_name,
     step_dirname,
@@ -265,13 +266,6 @@ def _cases(tally: Tally, n: int, seed: int, case: Callable) -> None:
     run()
 
 
-def _record(tally: Tally, label: str, problem: str | None) -> None:
-    if problem:
-        tally.fail(f"{label}: {problem}")
-    else:
-        tally.ok()
-
-
 # -- metadata ------------------------------------------------------------------------
 def _draw_location(data, doc: Any) -> list:
     where: list = []
@@ -336,7 +330,7 @@ def metadata(ws: Workspace, n: int, seed: int) -> Tally:
                 )
             with open(file, "wb") as f:
                 f.write(new)
-            _record(tally, label, ws.judge(path))
+            tally.record(ws.judge(path), label)
 
     _cases(tally, n, seed, case)
     return tally
@@ -381,7 +375,7 @@ def names_and_links(ws: Workspace, n: int, seed: int) -> Tally:
     for label, damage in fixed:
         with ws.copy() as path:
             damage(path)
-            _record(tally, label, ws.judge(path))
+            tally.record(ws.judge(path), label)
 
     def case(data) -> None:
         name = data.draw(
@@ -391,7 +385,7 @@ def names_and_links(ws: Workspace, n: int, seed: int) -> Tally:
         )
         with ws.copy() as path:
             name_case(path, name, "shards")
-            _record(tally, f"shard file = {name!r}", ws.judge(path))
+            tally.record(ws.judge(path), f"shard file = {name!r}")
 
     _cases(tally, n, seed, case)
     return tally
@@ -504,7 +498,7 @@ def payloads(ws: Workspace, n: int, seed: int) -> Tally:
             entry.update(stored)
             with open(meta_path, "w") as f:
                 json.dump(meta, f)
-            _record(tally, label, ws.judge(path, expected))
+            tally.record(ws.judge(path, expected), label)
         with contextlib.suppress(FileNotFoundError):
             os.rmdir(ws.marker)
 
@@ -513,8 +507,6 @@ def payloads(ws: Workspace, n: int, seed: int) -> Tally:
 
 
 def _raw(step_dir: str, name: str, data: bytes) -> dict:
-    from areal_debug.store_format import sha256_bytes
-
     with open(os.path.join(step_dir, name), "wb") as f:
         f.write(data)
     return {"bytes": len(data), "raw_bytes": 1 << 20, "sha256": sha256_bytes(data)}

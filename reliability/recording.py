@@ -90,6 +90,16 @@ def write(path: str, steps=STEPS) -> None:
         w.close()
 
 
+def altered(reader, step: int, batches: list | None = None) -> str | None:
+    """Which shard of ``step`` reads back other than ``submit_step`` recorded it
+    (``batches``: already loaded), None if every one is exact."""
+    for shard in range(reader.num_shards):
+        got = reader.load_shard(step, shard) if batches is None else batches[shard]
+        if not same(got, batch(step, shard)):
+            return f"step {step} shard {shard} read back altered"
+    return None
+
+
 def read_everything(path: str) -> dict[str, Any]:
     """What a replay, ``verify`` and ``inspect`` read, by step: raises only
     ``RecordingError`` for anything wrong with the recording."""

@@ -23,6 +23,13 @@ class Tally:
         self.tried += 1
         self.failures.append(what)
 
+    def record(self, problem: str | None, label: str = "") -> None:
+        """One case: handled if ``problem`` is None, else a failure (labelled)."""
+        if problem is None:
+            self.ok()
+        else:
+            self.fail(f"{label}: {problem}" if label else problem)
+
     @property
     def all_handled(self) -> bool:
         return self.tried > 0 and self.handled == self.tried

@@ -29,6 +29,13 @@ class InspectError(ValueError):
     """Bad input to an inspection command (exit code 1): what, why, what to do."""
 
 
+def first_line(e: BaseException) -> str:
+    """The first line of an error's message (its repr if it has none): third-party
+    errors (hydra, transformers) can run to pages."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else repr(e)
+
+
 class MissingPathError(InspectError):
     """A path given on the command line does not exist (exit code 2)."""
 

@@ -18,7 +18,12 @@ from typing import Any
 import torch
 
 from areal_debug.checkpoints import latest_before
-from areal_debug.inspect.common import InspectError, human_bytes, package_version
+from areal_debug.inspect.common import (
+    InspectError,
+    first_line,
+    human_bytes,
+    package_version,
+)
 from areal_debug.store_format import KEPT, dir_bytes, kept_steps, step_dirname
 from areal_debug.store_reader import RecordingReader, format_ranges
 
@@ -127,7 +132,7 @@ def load_command_config(command: list[str]):
     except (AssertionError, ValueError, TypeError, KeyError) as e:
         raise InspectError(f"Cannot load the command's config: {e}") from e
     except Exception as e:  # noqa: BLE001 - hydra/omegaconf errors have many types
-        first = str(e).strip().splitlines()[0] if str(e).strip() else repr(e)
+        first = first_line(e)
         raise InspectError(
             f"Cannot load the command's config ({type(e).__name__}): {first}. A config "
             "class of your own with extra keys cannot be loaded here; check the "

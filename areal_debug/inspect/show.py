@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from areal_debug.inspect.common import InspectError
+from areal_debug.inspect.common import InspectError, first_line
 from areal_debug.store_format import RecordingError
 from areal_debug.store_reader import RecordingReader, format_ranges
 
@@ -81,7 +81,7 @@ def load_tokenizer(path: str | None):
 
         return AutoTokenizer.from_pretrained(path)
     except Exception as e:  # noqa: BLE001 - any loading failure has the same fix
-        first = str(e).strip().splitlines()[0] if str(e).strip() else repr(e)
+        first = first_line(e)
         raise InspectError(
             f"Cannot load the tokenizer {path}: {first}. The recorded run's model may "
             "live on another machine; pass --tokenizer PATH (a directory with the "
