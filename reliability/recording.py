@@ -55,7 +55,8 @@ def writers(
             shard=s,
             num_shards=num_shards,
             steps_per_epoch=100,
-            records_teacher=s == 0,
+            # Every head: whichever finishes a step last needs the teacher file.
+            records_teacher=True,
             retention_policy=retention if s == 0 else None,
             **options,
         )
