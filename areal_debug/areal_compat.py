@@ -95,6 +95,20 @@ class TrainerHooks(PPOTrainer):
     def build_dataloader(self, dataset, dataset_config, rank, world_size):
         return super()._create_dataloader(dataset, dataset_config, rank, world_size)
 
+    # rl_trainer.py:951 PPOTrainer._create_train_engine (actor, ref, train teacher)
+    def _create_train_engine(self, actor_config, alloc):
+        return self.build_train_engine(actor_config, alloc)
+
+    def build_train_engine(self, actor_config, alloc):
+        return super()._create_train_engine(actor_config, alloc)
+
+    # rl_trainer.py:978 PPOTrainer._create_critic
+    def _create_critic(self, critic_config, alloc):
+        return self.build_critic(critic_config, alloc)
+
+    def build_critic(self, critic_config, alloc):
+        return super()._create_critic(critic_config, alloc)
+
     # rl_trainer.py:1005 PPOTrainer._init_rollout (rollout and eval rollout)
     def _init_rollout(self, rollout_config, is_eval=False, lora_path=None):
         return self.build_inference_engine(rollout_config, is_eval, lora_path)
@@ -280,6 +294,24 @@ def engine_named_parameters(engine: Any) -> list[tuple[str, Any]]:
     stored: FSDP2 DTensor shards on each rank. Empty for an engine without one."""
     model = getattr(engine, "model", None)
     return list(model.named_parameters()) if model is not None else []
+
+
+def worker_engine_class(controller: Any) -> type:
+    """The engine class a TrainController's workers build
+    (train_controller.py:195 ``self.train_engine``, imported by name at :312)."""
+    return controller.train_engine
+
+
+def use_worker_engine_class(controller: Any, engine_class: type) -> None:
+    """Have the workers build ``engine_class`` instead (before ``initialize``)."""
+    controller.train_engine = engine_class
+
+
+def call_engines(controller: Any, method: str, *args) -> Any:
+    """Call ``method`` on every worker's engine, the arguments broadcast from each
+    data-parallel head (train_controller.py:471 ``_custom_function_call``, as
+    PPOActorController.compute_logp calls it); the first head's result."""
+    return controller._custom_function_call(method, *args, rpc_meta={"broadcast": True})
 
 
 # -- instance patches (where AReaL offers no hook) ---------------------------------------

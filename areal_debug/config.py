@@ -11,6 +11,7 @@ from areal.api.cli_args import GRPOConfig, PPOConfig
 
 from areal_debug.anomaly import parse_threshold
 from areal_debug.retention import parse_steps
+from areal_debug.stage_digest import TOKEN_STAGES
 
 # Directory name of a recording under <fileroot>/<experiment>/<trial>/. Chosen so
 # it cannot be mistaken for AReaL's own `rollout.dump_to_file` JSONL output,
@@ -175,7 +176,7 @@ class DebugConfig:
             "weights after the update): exact 16-byte digests computed on the "
             "device. The replay then reports the first stage, and where in it, "
             "that differs from the recording, and calls a step bitwise only if "
-            "the weights match too. SPMD mode."
+            "the weights match too. SPMD and single-controller mode (FSDP engines)."
         },
     )
     record_stage_tensors: bool = field(
@@ -185,6 +186,26 @@ class DebugConfig:
             "(log-probs, reference log-probs, values, advantages, returns) of each "
             "step, so a divergence says by how much and at which token. Costs "
             "about a recorded batch's size again per step."
+        },
+    )
+    record_ref_logp: bool = field(
+        default=False,
+        metadata={
+            "help": "Dump: also keep the reference model's log-probs of every "
+            "trajectory (4 bytes per token, in step-N/stage_tensors.pt), so a "
+            "replay can use them instead of running the reference model "
+            "(debug.replay_recorded_ref_logp). Needs debug.stage_digests."
+        },
+    )
+    replay_recorded_ref_logp: bool = field(
+        default=False,
+        metadata={
+            "help": "Replay: take the reference log-probs from the recording "
+            "(recorded with debug.record_ref_logp or debug.record_stage_tensors) "
+            "instead of running the reference model's forward pass: cheaper when "
+            "debugging the actor's loss, and identical to the dump's by "
+            "construction, which the report says. Needs the recording's "
+            "data-parallel layout."
         },
     )
     fail_on_divergence: bool = field(
@@ -219,6 +240,14 @@ class DebugConfig:
             "with the recorded ones. 0 means bitwise."
         },
     )
+
+    def kept_stage_tensors(self) -> frozenset[str]:
+        """The stages whose full per-token tensors a run keeps."""
+        if self.record_stage_tensors:
+            return frozenset(TOKEN_STAGES)
+        if self.record_ref_logp:
+            return frozenset({"ref_logp"})
+        return frozenset()
 
     def __post_init__(self):
         if self.dump_rollout_data and self.replay_rollout_data:
@@ -265,6 +294,13 @@ class DebugConfig:
                 "debug.anomaly_median_factor must be > 1 (or null to turn it off), "
                 f"got {self.anomaly_median_factor}."
             )
+        for name in ("record_ref_logp", "replay_recorded_ref_logp"):
+            if getattr(self, name) and not self.stage_digests:
+                raise ValueError(
+                    f"debug.{name}=true needs debug.stage_digests=true: the "
+                    "reference log-probs are taken and checked where the stages "
+                    "are digested. Drop debug.stage_digests=false."
+                )
         if self.max_pending_steps < 1:
             raise ValueError(
                 f"debug.max_pending_steps must be >= 1, got {self.max_pending_steps}."

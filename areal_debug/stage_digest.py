@@ -138,7 +138,8 @@ class StageEntry:
 class StageLog:
     """Everything one rank digested during one step, stage by stage."""
 
-    keep_tensors: bool = False
+    # Stages whose full tensors are kept too (a subset of TOKEN_STAGES).
+    keep: frozenset[str] = frozenset()
     entries: dict[str, dict[str, StageEntry]] = field(default_factory=dict)
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)
@@ -169,7 +170,7 @@ class StageLog:
         if value:
             entry.value = t.detach().double().reshape(-1)[:1].sum()
         self.entries.setdefault(stage, {})[name] = entry
-        if self.keep_tensors and stage in TOKEN_STAGES:
+        if stage in self.keep:
             self.tensors[f"{stage}/{name}"] = t.detach().to("cpu", copy=True)
         self.seconds += time.perf_counter() - t0
 
@@ -190,7 +191,7 @@ class StageLog:
         names = self.entries.setdefault(stage, {})
         for (name, t, _), pair, sumsq in zip(items, pairs, sumsqs):
             names[name] = StageEntry(pair, sumsq=sumsq)
-            if self.keep_tensors and stage in TOKEN_STAGES:
+            if stage in self.keep:
                 self.tensors[f"{stage}/{name}"] = t.detach().to("cpu", copy=True)
         self.seconds += time.perf_counter() - t0
 

@@ -1,11 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
 """Digests of each stage of a PPO step, taken as the engines produce them.
 
-Installed on the trainer's engines in the training process (SPMD mode), the
-same way in dump and replay: the log-probs the actor recomputes, the reference
-log-probs and critic values, the advantages and returns, each micro-batch's
-loss, each parameter's gradient before clipping (per mini-batch, with its norm)
-and the weights after the update. ``take()`` hands over one step's digests.
+Installed on the engines where they train, the same way in dump and replay: in
+the training process (SPMD mode) or in each RPC worker's engine
+(single-controller mode, ``probed_engines``). Digested: the log-probs the actor
+recomputes, the reference log-probs and critic values, the advantages and
+returns, each micro-batch's loss, each parameter's gradient before clipping
+(per mini-batch, with its norm) and the weights after the update. ``take()``
+hands over one step's digests.
 """
 
 from __future__ import annotations
@@ -18,15 +20,25 @@ import torch
 from areal.utils import logging
 
 from areal_debug import areal_compat
+from areal_debug.recorded_ref_logp import RecordedRefLogp
 from areal_debug.stage_digest import StageLog
 
 logger = logging.getLogger("DebugStages")
 
 
 class StageProbes:
-    def __init__(self, keep_tensors: bool = False):
-        self.keep_tensors = keep_tensors
-        self.log = StageLog(keep_tensors)
+    def __init__(
+        self,
+        keep: frozenset[str] = frozenset(),
+        recorded_ref: RecordedRefLogp | None = None,
+    ):
+        # The stages whose full tensors are kept besides their digests.
+        self.keep = keep
+        self.log = StageLog(keep)
+        # Replay: the recorded reference log-probs stand in for its forward pass.
+        self.recorded_ref = recorded_ref
+        # The reference model's forward passes this step (None: no reference).
+        self.ref_forwards: int | None = None
         # Set by the first digest that fails: probing stops, training goes on.
         self.failed: str | None = None
 
@@ -45,37 +57,58 @@ class StageProbes:
             )
 
     def install(self, trainer, patches: areal_compat.MethodPatches) -> None:
-        engines = areal_compat.stage_engines(trainer)
-        actor = engines["actor"]
-        patches.wrap(actor, "compute_logp", self._per_trajectory("logp"))
-        if "ref" in engines:
-            patches.wrap(
-                engines["ref"], "compute_logp", self._per_trajectory("ref_logp")
-            )
-        if "critic" in engines:
-            patches.wrap(
-                engines["critic"], "compute_values", self._per_trajectory("values")
-            )
-        patches.wrap(actor, "compute_advantages", self._advantages)
-        patches.wrap(actor, "train_batch", self._train_batch)
+        """On every engine of a trainer that trains in this process (SPMD)."""
+        for role, engine in areal_compat.stage_engines(trainer).items():
+            self.install_engine(role, engine, patches)
+
+    def install_engine(
+        self, role: str, engine, patches: areal_compat.MethodPatches
+    ) -> None:
+        """On one engine: the actor's stages, or the reference's log-probs, or the
+        critic's values (``role`` as in ``areal_compat.STAGE_METHODS``)."""
+        if role == "ref":
+            self.ref_forwards = 0
+            patches.wrap(engine, "forward", self._counted_forward)
+            if self.recorded_ref is not None:
+                self.recorded_ref.install(engine, patches)
+            patches.wrap(engine, "compute_logp", self._per_trajectory("ref_logp"))
+            return
+        if role == "critic":
+            patches.wrap(engine, "compute_values", self._per_trajectory("values"))
+            return
+        patches.wrap(engine, "compute_logp", self._per_trajectory("logp"))
+        patches.wrap(engine, "compute_advantages", self._advantages)
+        patches.wrap(engine, "train_batch", self._train_batch)
         patches.wrap(
-            actor, "optimizer_step", lambda step: self._optimizer_step(actor, step)
+            engine, "optimizer_step", lambda step: self._optimizer_step(engine, step)
         )
         patches.wrap(
-            actor, "ppo_update", lambda update: self._ppo_update(actor, update)
+            engine, "ppo_update", lambda update: self._ppo_update(engine, update)
         )
 
-    def take(self) -> tuple[dict[str, Any], dict[str, torch.Tensor], float]:
-        """This step's digests as plain values, the kept tensors and the seconds
-        spent digesting; starts the next step's log."""
-        log, self.log = self.log, StageLog(self.keep_tensors)
+    def take(
+        self,
+    ) -> tuple[dict[str, Any] | None, dict[str, torch.Tensor], float, int | None]:
+        """This step's digests as plain values, the kept tensors, the seconds
+        spent digesting and the reference's forward passes; starts the next step."""
+        log, self.log = self.log, StageLog(self.keep)
+        forwards = self.ref_forwards
+        if forwards is not None:
+            self.ref_forwards = 0
         if self.failed is not None:
-            return None, {}, 0.0
+            return None, {}, 0.0, forwards
         out: list = []
         self._digest("the step's transfer", lambda: out.append(log.to_host()))
         if not out:
-            return None, {}, 0.0
-        return out[0], log.tensors, log.seconds
+            return None, {}, 0.0, forwards
+        return out[0], log.tensors, log.seconds, forwards
+
+    def _counted_forward(self, forward: Callable) -> Callable:
+        def counted(*args, **kwargs):
+            self.ref_forwards += 1
+            return forward(*args, **kwargs)
+
+        return counted
 
     # -- the wrappers --------------------------------------------------------------
     def _per_trajectory(self, stage: str) -> Callable[[Callable], Callable]:

@@ -19,6 +19,7 @@ from areal.utils import logging
 from areal_debug import areal_compat, rng_state
 from areal_debug.engines import RecordingEngine
 from areal_debug.manifest import SINGLE_CONTROLLER, SPMD, Layout
+from areal_debug.recorded_ref_logp import RecordedRefLogp
 from areal_debug.rtensor_bridge import (
     BatchFetcher,
     as_inline_rtensors,
@@ -29,6 +30,7 @@ from areal_debug.server_attach import (
     attach_rollout_controller,
     attach_teacher_controller,
 )
+from areal_debug.stage_probes import StageProbes
 from areal_debug.worker_reaper import WorkerReaper
 
 logger = logging.getLogger("DebugTopology")
@@ -103,13 +105,21 @@ class Topology:
         """Restore this rank's states; return why not (None when restored)."""
         return None
 
-    # Stage digests need the engines in this process (SPMD); in single-controller
-    # mode they train in the RPC workers.
-    probes_stages = False
+    def start_stage_probes(
+        self, trainer, patches, worker_probes, recorded_ref: bool
+    ) -> Any | None:
+        """Start digesting the stages where the engines train; the probes to
+        gather from, None when there are none. ``recorded_ref``: the reference's
+        recorded log-probs stand in for its forward pass."""
+        return None
 
-    def gather_stages(self, trainer, local: Any) -> list | None:
-        """Every rank's ``local`` on the coordinator (None elsewhere)."""
-        return [local]
+    def hand_over_ref_logp(self, probes, step: int, tensors: dict) -> None:
+        """Give the reference engines the step's recorded log-probs."""
+
+    def gather_stages(self, trainer, probes) -> list | None:
+        """Every rank's ``(digests, kept tensors, seconds)`` of the step on the
+        coordinator (None elsewhere)."""
+        return None
 
 
 class SpmdTopology(Topology):
@@ -144,10 +154,18 @@ class SpmdTopology(Topology):
     def capture_rng(self, trainer) -> list | None:
         return self._gather(trainer, rng_state.capture())
 
-    probes_stages = True
+    def start_stage_probes(self, trainer, patches, worker_probes, recorded_ref):
+        # The engines train in this process.
+        stand_in = RecordedRefLogp(dist.get_rank() if dist.is_initialized() else 0)
+        probes = StageProbes(worker_probes.keep, stand_in if recorded_ref else None)
+        probes.install(trainer, patches)
+        return probes
 
-    def gather_stages(self, trainer, local: Any) -> list | None:
-        return self._gather(trainer, local)
+    def hand_over_ref_logp(self, probes, step: int, tensors: dict) -> None:
+        probes.recorded_ref.hand_over(step, tensors)
+
+    def gather_stages(self, trainer, probes) -> list | None:
+        return self._gather(trainer, probes.take())
 
     def _gather(self, trainer, local: Any) -> list | None:
         gathered: list = [None] * dist.get_world_size()
@@ -241,6 +259,19 @@ class SingleControllerTopology(Topology):
         if self.fetcher is None:
             self.fetcher = BatchFetcher()
         return self.fetcher
+
+    def start_stage_probes(self, trainer, patches, worker_probes, recorded_ref):
+        # The engines train in the RPC workers, built as probed classes.
+        if not worker_probes.controllers:
+            return None
+        worker_probes.start(recorded_ref)
+        return worker_probes
+
+    def hand_over_ref_logp(self, probes, step: int, tensors: dict) -> None:
+        probes.hand_over_ref_logp(step, tensors)
+
+    def gather_stages(self, trainer, probes) -> list | None:
+        return probes.take()
 
     def patch_actor(self, trainer, patches) -> None:
         """AReaL's ``clear_batches`` at step end drops the workers' copies of the

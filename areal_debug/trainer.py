@@ -39,6 +39,14 @@ class DebugPPOTrainer(TrainerHooks):
             super().build_dataloader, dataset, dataset_config, rank, world_size
         )
 
+    def build_train_engine(self, actor_config, alloc):
+        return self.debug_mode.build_train_engine(
+            super().build_train_engine, actor_config, alloc
+        )
+
+    def build_critic(self, critic_config, alloc):
+        return self.debug_mode.build_critic(super().build_critic, critic_config, alloc)
+
     def build_inference_engine(self, rollout_config, is_eval=False, lora_path=None):
         return self.debug_mode.build_inference_engine(
             super().build_inference_engine, rollout_config, is_eval, lora_path

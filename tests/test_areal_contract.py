@@ -48,6 +48,8 @@ HOOKS = {
     "_create_dataloader": ["self", "dataset", "dataset_config", "rank", "world_size"],
     "_init_rollout": ["self", "rollout_config", "is_eval", "lora_path"],
     "_init_teacher_rollout": ["self", "rollout_config"],
+    "_create_train_engine": ["self", "actor_config", "alloc"],
+    "_create_critic": ["self", "critic_config", "alloc"],
     "_save_recover_checkpoint": ["self", "epoch", "epoch_step", "global_step"],
     "_evaluate": [
         "self",
@@ -176,6 +178,37 @@ def _():
     assert "fsdp2_clip_grad_norm(" in source(FSDPEngine.optimizer_step)
     # The model the parameters are read from (engine_named_parameters).
     assert "self.model = " in source(FSDPEngine)
+
+
+@check("TrainController: worker engine class by name, broadcast calls (probed engines)")
+def _():
+    from areal.engine import FSDPPPOActor, FSDPPPOCritic
+    from areal.infra.controller.train_controller import TrainController
+
+    init = source(TrainController.__init__)
+    assert "self.train_engine = train_engine" in init
+    create = source(TrainController.initialize)
+    assert "engine_class = self.train_engine" in create
+    assert 'f"{engine_class.__module__}.{engine_class.__name__}"' in create
+    assert params(TrainController._custom_function_call) == [
+        "self",
+        "method",
+        "args",
+        "rpc_meta",
+        "kwargs",
+    ]
+    # PPOTrainer builds controllers from these classes (as_controller).
+    trainer = source(ppo_trainer()._create_train_engine)
+    assert "actor_cls.as_controller(actor_config, self.scheduler)" in trainer
+    assert "critic_cls.as_controller(critic_config, self.scheduler)" in source(
+        ppo_trainer()._create_critic
+    )
+    for cls in (FSDPPPOActor, FSDPPPOCritic):
+        assert "train_engine=cls" in source(cls.as_controller)
+    # The workers' engines: a process group to gather over.
+    from areal.engine.fsdp_engine import FSDPEngine
+
+    assert isinstance(FSDPEngine.cpu_group, property)
 
 
 # -- recover checkpoints (areal/utils/recover.py, saver.py, io_struct.py) ------------

@@ -75,7 +75,12 @@ def gsm8k_dump(gsm8k_workdir, example):
             gsm8k_workdir,
             example,
             f"dump-{example.experiment}",
-            ["debug.dump_rollout_data=true", "debug.deterministic=true"],
+            [
+                "debug.dump_rollout_data=true",
+                "debug.deterministic=true",
+                # Kept for the replay that skips the reference forward pass.
+                "debug.record_ref_logp=true",
+            ],
             *addrs,
         )
     finally:
@@ -116,6 +121,21 @@ def test_dump_of_an_unchanged_example_script(gsm8k_workdir, example, gsm8k_dump)
                 scored = traj["loss_mask"].bool()
                 assert bool((t[scored] < 0).all()) and bool((t[~scored] == 0).all())
     assert manifest.recorded_teacher_logp is example.teacher
+    # The stages were digested in the RPC workers: the critic's values and the
+    # reference's log-probs too, and those log-probs kept in full
+    # (debug.record_ref_logp), one per trajectory of the worker's share.
+    stages, tensors = reader.recorded_stages(0)
+    assert sorted(stages["ranks"][0]) == [
+        "advantages",
+        "logp",
+        "loss",
+        "ref_logp",
+        "values",
+    ]
+    assert sorted(stages["global"]) == ["grads", "weights"]
+    assert tensors and all("/ref_logp/trajectory " in name for name in tensors)
+    assert len(tensors) == len(stages["ranks"][0]["ref_logp"])
+    assert {t.shape[0] for t in tensors.values()} == {4}
     if example.teacher:
         assert "The teacher workers attach to running inference servers" in gsm8k_dump
         assert "role 'teacher'" in gsm8k_dump
@@ -144,3 +164,36 @@ def test_replay_starts_only_what_trains_and_is_bitwise(
     assert report["summary"]["steps"] == STEPS
     for entry in report["steps"]:
         assert len(entry["metrics"]) > 90
+        # Every stage identical, the reference's and critic's included; the
+        # reference model ran (one forward per trajectory group).
+        assert {s["status"] for s in entry["stages"].values()} == {"identical"}
+        assert {"ref_logp", "values", "weights"} <= set(entry["stages"])
+        ref = entry["stages"]["ref_logp"]
+        assert ref["source"] == "computed" and ref["reference_forwards"] > 0
+
+
+def test_replay_with_recorded_reference_logps_runs_no_reference_forward(
+    gsm8k_workdir, example, gsm8k_dump
+):
+    rc, log = run_example(
+        gsm8k_workdir,
+        example,
+        f"replay-ref-{example.experiment}",
+        [
+            "debug.replay_rollout_data=true",
+            "debug.deterministic=true",
+            "debug.replay_recorded_ref_logp=true",
+            "debug.replay_trial_name=recorded_ref",
+        ],
+    )
+    assert rc == 0, log[-4000:]
+    assert "the reference log-probs come from the recording" in log
+    assert "reference forward passes run: 0." in log
+    report = replay_report(str(gsm8k_workdir), example.experiment, "recorded_ref")
+    assert report["summary"]["all_identical"] is True
+    assert report["summary"]["steps"] == STEPS
+    for entry in report["steps"]:
+        assert {s["status"] for s in entry["stages"].values()} == {"identical"}
+        ref = entry["stages"]["ref_logp"]
+        # Counted on the reference engine's forward in its workers.
+        assert ref["source"] == "recorded" and ref["reference_forwards"] == 0

@@ -92,6 +92,12 @@ def test_dump_records_one_shard_per_step_on_the_controller(sc_workdir, sc_d2):
         assert settings["torch_deterministic_algorithms"] is True
         assert settings["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
     assert reader.manifest.config["debug"]["deterministic"] is True
+    # Stage digests were taken in the two actor workers, each its own
+    # trajectories and FSDP shards, and gathered by the controller.
+    stages, _ = reader.recorded_stages(0)
+    assert [sorted(r) for r in stages["ranks"]] == [["advantages", "logp", "loss"]] * 2
+    assert sorted(stages["global"]) == ["grads", "weights"]
+    assert len(stages["global"]["weights"]) > 0
     assert_no_workers_left(sc_workdir)
 
 
@@ -108,6 +114,12 @@ def test_same_mode_replay_is_bitwise_without_rollout_workers(sc_workdir, sc_d2):
     for entry in report["steps"]:
         assert len(entry["metrics"]) > 90
         assert all(m["status"] == "identical" for m in entry["metrics"].values())
+        # Every stage, digested in the workers, weights included.
+        assert {k: s["status"] for k, s in entry["stages"].items()} == {
+            stage: "identical"
+            for stage in ("logp", "advantages", "loss", "grads", "weights")
+        }
+    assert report["first_divergence"] is None
     assert_no_workers_left(sc_workdir)
 
 

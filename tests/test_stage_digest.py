@@ -12,6 +12,7 @@ import torch
 from areal_debug.replay_report import ReplayReport, TopologyChange
 from areal_debug.stage_comparison import compare_stages, describe
 from areal_debug.stage_digest import (
+    TOKEN_STAGES,
     StageLog,
     digest_hex,
     digest_pair,
@@ -70,7 +71,7 @@ def test_large_tensors_are_digested_in_chunks_exactly(monkeypatch):
 
 
 def _log(loss: float, logp: torch.Tensor, weight: torch.Tensor) -> dict:
-    log = StageLog(keep_tensors=True)
+    log = StageLog(keep=frozenset(TOKEN_STAGES))
     log.add("logp", "trajectory 0", logp)
     log.add("loss", "mini-batch 0 micro-batch 0", torch.tensor(loss), value=True)
     log.add("weights", "model.layers.0.mlp.up_proj.weight", weight)
@@ -219,4 +220,4 @@ def test_a_failing_digest_never_reaches_the_training_step():
     probes._digest("grads", boom)
     assert probes.failed == "grads: RuntimeError('device lost')"
     # From then on nothing is digested and the step hands over no digests.
-    assert probes.take() == (None, {}, 0.0)
+    assert probes.take() == (None, {}, 0.0, None)

@@ -13,6 +13,7 @@ from areal.utils import logging
 
 from areal_debug import areal_compat, determinism
 from areal_debug.config import DebugConfig
+from areal_debug.probed_engines import WorkerStageProbes
 from areal_debug.stage_digest import merge_global
 from areal_debug.stage_probes import StageProbes
 from areal_debug.step_clock import StepClock
@@ -50,6 +51,12 @@ class DebugMode:
     def build_dataloader(self, default: Callable, dataset, dataset_config, rank, ws):
         return default(dataset, dataset_config, rank, ws)
 
+    def build_train_engine(self, default: Callable, actor_config, alloc):
+        return default(actor_config, alloc)
+
+    def build_critic(self, default: Callable, critic_config, alloc):
+        return default(critic_config, alloc)
+
     def build_inference_engine(self, default: Callable, rollout_config, is_eval, lora):
         return default(rollout_config, is_eval, lora)
 
@@ -86,9 +93,13 @@ class ActiveMode(DebugMode):
         self.clock = StepClock()
         self.patches = areal_compat.MethodPatches()
         self.worker_settings_dir: str | None = None
-        self.stage_probes: StageProbes | None = None
+        self.config = None
+        # In-process probes (SPMD) or the workers' (single-controller), when on.
+        self.stage_probes: StageProbes | WorkerStageProbes | None = None
+        self.worker_probes = WorkerStageProbes(debug.kept_stage_tensors())
 
     def prepare(self, config, train_dataset, valid_dataset):
+        self.config = config
         if self.debug.deterministic:
             self._make_deterministic(config)
         return train_dataset, valid_dataset
@@ -127,10 +138,15 @@ class ActiveMode(DebugMode):
         """The coordinator, with the statistics the step is about to commit."""
 
     def on_step_stages(
-        self, step: int, stages: dict[str, Any], tensors: dict[str, Any]
+        self,
+        step: int,
+        stages: dict[str, Any],
+        tensors: dict[str, Any],
+        ref_forwards: int | None,
     ) -> None:
         """The coordinator, with every rank's stage digests of the step (merged),
-        before ``on_step_stats``; ``tensors`` when debug.record_stage_tensors."""
+        before ``on_step_stats``; ``tensors`` those kept in full; the reference
+        model's forward passes over all ranks (None: no reference model)."""
 
     def before_train(self, start: int, workflow, total_epochs):
         return workflow
@@ -145,9 +161,39 @@ class ActiveMode(DebugMode):
     def started(self) -> None:
         self.patches.wrap(self.trainer.actor, "prepare_batch", self._clocked)
         self.topology.patch_actor(self.trainer, self.patches)
-        if self.debug.stage_digests and self.topology.probes_stages:
-            self.stage_probes = StageProbes(self.debug.record_stage_tensors)
-            self.stage_probes.install(self.trainer, self.patches)
+        if self.debug.stage_digests:
+            self.stage_probes = self.topology.start_stage_probes(
+                self.trainer, self.patches, self.worker_probes, self.uses_recorded_ref()
+            )
+
+    def uses_recorded_ref(self) -> bool:
+        """The reference's recorded log-probs stand in for its forward pass."""
+        return False
+
+    def build_train_engine(self, default: Callable, actor_config, alloc):
+        engine = default(actor_config, alloc)
+        # Identity, not equality: the reference's config may equal the actor's.
+        if actor_config is self.config.actor:
+            self._probe_workers("actor", engine)
+        elif actor_config is getattr(self.config, "ref", None):
+            self._probe_workers("ref", engine)
+        return engine
+
+    def build_critic(self, default: Callable, critic_config, alloc):
+        engine = default(critic_config, alloc)
+        self._probe_workers("critic", engine)
+        return engine
+
+    def _probe_workers(self, role: str, engine) -> None:
+        """Single-controller: the workers build engines that digest the stages."""
+        if not (self.debug.stage_digests and areal_compat.single_controller_mode()):
+            return
+        why_not = self.worker_probes.probe(role, engine)
+        if why_not is not None:
+            logger.warning(
+                f"Stage digests skip the {role}: {why_not} (they cover AReaL's "
+                "FSDP engines). The replay compares its other stages as usual."
+            )
 
     def _clocked(self, prepare_batch: Callable) -> Callable:
         def prepare_and_advance(*args, **kwargs):
@@ -189,16 +235,17 @@ class ActiveMode(DebugMode):
 
     def _gather_stages(self, step: int) -> None:
         # Every rank joins the gather; the digests are a few KiB per rank.
-        gathered = self.topology.gather_stages(self.trainer, self.stage_probes.take())
+        gathered = self.topology.gather_stages(self.trainer, self.stage_probes)
         if gathered is None or any(g[0] is None for g in gathered):
             return  # not the coordinator, or a rank's digests failed (it said why)
         stages = merge_global([g[0] for g in gathered], [g[2] for g in gathered])
         tensors = {
             f"rank {rank}/{name}": t
-            for rank, (_, kept, _) in enumerate(gathered)
-            for name, t in kept.items()
+            for rank, g in enumerate(gathered)
+            for name, t in g[1].items()
         }
-        self.on_step_stages(step, stages, tensors)
+        counts = [g[3] for g in gathered if g[3] is not None]
+        self.on_step_stages(step, stages, tensors, sum(counts) if counts else None)
 
     def train(self, default: Callable, workflow, *args, **kwargs):
         start = areal_compat.recover_start_step(self.trainer)

@@ -182,7 +182,7 @@ class DumpMode(ActiveMode):
                 step, trained, timing_stats(stats), inference_stats(stats)
             )
 
-    def on_step_stages(self, step: int, stages, tensors) -> None:
+    def on_step_stages(self, step: int, stages, tensors, ref_forwards) -> None:
         if self.writer is not None and self.policy.records(step):
             self.writer.submit_stages(step, stages, tensors)
 

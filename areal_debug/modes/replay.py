@@ -14,6 +14,7 @@ from areal_debug import areal_compat, checkpoints
 from areal_debug.determinism import current_settings, differences
 from areal_debug.engines import ReplayEngine, ReplayTeacher
 from areal_debug.modes.base import ActiveMode
+from areal_debug.recorded_ref_logp import ref_logp_tensors
 from areal_debug.recording_lock import describe
 from areal_debug.replay_loader import ReplayDataLoader
 from areal_debug.replay_report import REPORT_NAME, TopologyChange
@@ -167,8 +168,14 @@ class ReplayMode(ActiveMode):
             f"(kept with the recording) to start at step {step + 1}."
         )
 
+    def uses_recorded_ref(self) -> bool:
+        return self.debug.replay_recorded_ref_logp and self._has_ref
+
+    @property
+    def _has_ref(self) -> bool:
+        return "ref" in areal_compat.stage_engines(self.trainer)
+
     def started(self) -> None:
-        super().started()
         reader = self.reader
         layout = reader.manifest.layout
         replay = self.topology.layout(self.trainer)
@@ -180,6 +187,8 @@ class ReplayMode(ActiveMode):
             recorded_train_dp=layout.training_dp_size,
             replay_train_dp=replay.training_dp_size,
         )
+        self._check_recorded_ref(topology)
+        super().started()
         if topology.changed and self.topology.is_coordinator():
             logger.warning(topology.describe())
         changed = differences(reader.manifest.determinism, current_settings())
@@ -196,6 +205,29 @@ class ReplayMode(ActiveMode):
             )
         self.comparison = StatsComparison(
             reader.path, self.debug.verify_rtol, self.debug.verify_atol, topology
+        )
+
+    def _check_recorded_ref(self, topology: TopologyChange) -> None:
+        if not self.debug.replay_recorded_ref_logp:
+            return
+        if not self._has_ref:
+            logger.warning(
+                "debug.replay_recorded_ref_logp=true, but this run has no reference "
+                "model (ref with actor.kl_ctl > 0): the option changes nothing."
+            )
+            return
+        if topology.changed:
+            raise UnsupportedReplayError(
+                "debug.replay_recorded_ref_logp=true needs the dump run's "
+                "data-parallel layout (each rank's recorded reference log-probs "
+                f"are its own trajectories'), but {topology.describe()} Replay on "
+                "the dump's layout, or without the option (the reference model "
+                "then runs)."
+            )
+        logger.info(
+            "Replay: the reference log-probs come from the recording "
+            "(debug.replay_recorded_ref_logp): the reference model's forward pass "
+            "does not run, and its stage is identical to the dump's by construction."
         )
 
     # -- each step -----------------------------------------------------------------
@@ -216,15 +248,29 @@ class ReplayMode(ActiveMode):
                     "training-side randomness (dropout) may differ."
                 )
 
+        if self.uses_recorded_ref() and self.stage_probes is not None:
+            _, tensors = self.reader.recorded_stages(step)
+            self.topology.hand_over_ref_logp(
+                self.stage_probes, step, ref_logp_tensors(tensors)
+            )
+
     def _recorded_rng(self, step: int):
         return self.reader.recorded_rng(step)
 
-    def on_step_stages(self, step: int, stages, tensors) -> None:
+    def on_step_stages(self, step: int, stages, tensors, ref_forwards) -> None:
         recorded, recorded_tensors = self.reader.recorded_stages(step)
         same_layout = not self.comparison.report.topology.changed
-        self._stages[step] = compare_stages(
+        compared = compare_stages(
             recorded, stages, same_layout, recorded_tensors, tensors
         )
+        if "ref_logp" in compared:
+            # Whether the reference model ran, and how often: the evidence for
+            # "recorded" (identical by construction) or "computed".
+            compared["ref_logp"]["source"] = (
+                "recorded" if self.uses_recorded_ref() else "computed"
+            )
+            compared["ref_logp"]["reference_forwards"] = ref_forwards
+        self._stages[step] = compared
 
     def on_step_stats(self, step: int, stats: dict[str, Any]) -> None:
         recorded = self.reader.recorded_stats(step)
@@ -271,11 +317,23 @@ class ReplayMode(ActiveMode):
 
     def before_train(self, start: int, workflow, total_epochs):
         self.reader.require_steps(range(start, self._end_step(total_epochs)))
+        if self.uses_recorded_ref():
+            self._require_recorded_ref(start)
         self._announce_start(start)
         loader = self._loader()
         if loader is not None:
             loader.prefetch(start)
         return _NeverRunWorkflow() if workflow is None else workflow
+
+    def _require_recorded_ref(self, start: int) -> None:
+        _, tensors = self.reader.recorded_stages(start)
+        if not ref_logp_tensors(tensors):
+            raise UnsupportedReplayError(
+                f"debug.replay_recorded_ref_logp=true, but step {start} of the "
+                f"recording at {self.reader.path} holds no reference log-probs. "
+                "Record with debug.record_ref_logp=true (or "
+                "debug.record_stage_tensors=true), or replay without the option."
+            )
 
     def _end_step(self, total_epochs: int | None) -> int:
         config = self.trainer.config
@@ -305,6 +363,16 @@ class ReplayMode(ActiveMode):
         if self.topology.is_coordinator() and self.comparison is not None:
             for line in self.comparison.summary_lines():
                 logger.info(line)
+            if self.uses_recorded_ref():
+                forwards = [
+                    e.stages.get("ref_logp", {}).get("reference_forwards")
+                    for e in self.comparison.report.steps
+                ]
+                logger.info(
+                    "Reference log-probs taken from the recording at every step "
+                    "(identical by construction); reference forward passes run: "
+                    f"{sum(f or 0 for f in forwards)}."
+                )
 
     def close_recording(self) -> None:
         loader = self._loader()
