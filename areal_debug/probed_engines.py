@@ -95,8 +95,7 @@ def decode_tensors(text: str) -> dict[str, torch.Tensor]:
 class WorkerStageProbes:
     """The controller's handle on its workers' probed engines (single-controller)."""
 
-    def __init__(self, keep: frozenset[str]):
-        self.keep = keep
+    def __init__(self):
         self.controllers: list[tuple[str, Any]] = []
 
     def probe(self, role: str, controller) -> str | None:
@@ -110,14 +109,10 @@ class WorkerStageProbes:
         self.controllers.append((role, controller))
         return None
 
-    def start(self, recorded_ref: bool) -> None:
+    def start(self, keep: frozenset[str], recorded_ref: bool) -> None:
         for role, controller in self.controllers:
             areal_compat.call_engines(
-                controller,
-                "configure_stage_probes",
-                role,
-                sorted(self.keep),
-                recorded_ref,
+                controller, "configure_stage_probes", role, sorted(keep), recorded_ref
             )
 
     def hand_over_ref_logp(self, step: int, tensors: dict) -> None:

@@ -106,11 +106,12 @@ class Topology:
         return None
 
     def start_stage_probes(
-        self, trainer, patches, worker_probes, recorded_ref: bool
+        self, trainer, patches, worker_probes, keep: frozenset[str], recorded_ref: bool
     ) -> Any | None:
         """Start digesting the stages where the engines train; the probes to
-        gather from, None when there are none. ``recorded_ref``: the reference's
-        recorded log-probs stand in for its forward pass."""
+        gather from, None when there are none. ``keep``: the stages kept in full;
+        ``recorded_ref``: the reference's recorded log-probs stand in for its
+        forward pass."""
         return None
 
     def hand_over_ref_logp(self, probes, step: int, tensors: dict) -> None:
@@ -154,10 +155,10 @@ class SpmdTopology(Topology):
     def capture_rng(self, trainer) -> list | None:
         return self._gather(trainer, rng_state.capture())
 
-    def start_stage_probes(self, trainer, patches, worker_probes, recorded_ref):
+    def start_stage_probes(self, trainer, patches, worker_probes, keep, recorded_ref):
         # The engines train in this process.
         stand_in = RecordedRefLogp(dist.get_rank() if dist.is_initialized() else 0)
-        probes = StageProbes(worker_probes.keep, stand_in if recorded_ref else None)
+        probes = StageProbes(keep, stand_in if recorded_ref else None)
         probes.install(trainer, patches)
         return probes
 
@@ -260,11 +261,11 @@ class SingleControllerTopology(Topology):
             self.fetcher = BatchFetcher()
         return self.fetcher
 
-    def start_stage_probes(self, trainer, patches, worker_probes, recorded_ref):
+    def start_stage_probes(self, trainer, patches, worker_probes, keep, recorded_ref):
         # The engines train in the RPC workers, built as probed classes.
         if not worker_probes.controllers:
             return None
-        worker_probes.start(recorded_ref)
+        worker_probes.start(keep, recorded_ref)
         return worker_probes
 
     def hand_over_ref_logp(self, probes, step: int, tensors: dict) -> None:

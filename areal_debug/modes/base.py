@@ -96,7 +96,7 @@ class ActiveMode(DebugMode):
         self.config = None
         # In-process probes (SPMD) or the workers' (single-controller), when on.
         self.stage_probes: StageProbes | WorkerStageProbes | None = None
-        self.worker_probes = WorkerStageProbes(debug.kept_stage_tensors())
+        self.worker_probes = WorkerStageProbes()
 
     def prepare(self, config, train_dataset, valid_dataset):
         self.config = config
@@ -163,7 +163,11 @@ class ActiveMode(DebugMode):
         self.topology.patch_actor(self.trainer, self.patches)
         if self.debug.stage_digests:
             self.stage_probes = self.topology.start_stage_probes(
-                self.trainer, self.patches, self.worker_probes, self.uses_recorded_ref()
+                self.trainer,
+                self.patches,
+                self.worker_probes,
+                self.debug.kept_stage_tensors(),
+                self.uses_recorded_ref(),
             )
 
     def uses_recorded_ref(self) -> bool:
