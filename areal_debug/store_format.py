@@ -124,6 +124,33 @@ def stopped_marker_name(shard: int) -> str:
     return f"stopped-shard-{shard:05d}.json"
 
 
+def reserved_marker_name(shard: int) -> str:
+    """Space each head reserves for its stop marker, where the marker stays when
+    the directory no longer takes new names."""
+    return f".reserved-{stopped_marker_name(shard)}"
+
+
+def reserved_marker(path: str) -> Any | None:
+    """The stop marker written into a reservation, None while it holds only the
+    blanks reserved (or is missing). A marker cut short (the writer ended while
+    writing it) still says that the head stopped."""
+    try:
+        with open_regular(path, "rb") as f:
+            data = f.read(1 << 16)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise RecordingError(
+            f"Cannot read the reserved stop marker {path}: {e}."
+        ) from e
+    if not data.strip():
+        return None
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        return {"error": f"the head stopped; its stop marker {path} is cut short"}
+
+
 def teacher_payload_name(codec: str = "none") -> str:
     return f"teacher_logp{payload_suffix(codec)}"
 

@@ -37,6 +37,8 @@ from areal_debug.store_format import (
     list_step_dirs,
     open_regular,
     read_json,
+    reserved_marker,
+    reserved_marker_name,
     sha256_bytes,
     step_dirname,
     stopped_marker_name,
@@ -128,9 +130,18 @@ class RecordingReader:
             p = inside(self.path, os.path.join(self.path, stopped_marker_name(shard)))
             if os.path.exists(p):
                 marker = _read_json(p, "stop marker")
-                if not isinstance(marker, dict):
-                    raise invalid(p, "stop marker", "it is not a JSON object")
-                found.append(marker)
+            else:
+                # Left under its reserved name by a head whose directory had
+                # turned read-only.
+                p = inside(
+                    self.path, os.path.join(self.path, reserved_marker_name(shard))
+                )
+                marker = reserved_marker(p)
+                if marker is None:
+                    continue
+            if not isinstance(marker, dict):
+                raise invalid(p, "stop marker", "it is not a JSON object")
+            found.append(marker)
         return found
 
     def require_steps(self, steps: Iterable[int]) -> None:

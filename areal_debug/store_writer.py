@@ -51,6 +51,8 @@ from areal_debug.store_format import (
     kept_steps,
     list_step_dirs,
     read_json,
+    reserved_marker,
+    reserved_marker_name,
     shard_meta_name,
     shard_payload_name,
     step_dirname,
@@ -76,8 +78,13 @@ def save_payload(
 RESERVED_BYTES = 4096
 
 
-def _reserve_space(path: str) -> None:
-    """Allocate room for a stop marker now, for when the disk is full later."""
+def _reserve_space(path: str, marker: str) -> None:
+    """Allocate room for a stop marker now, for when the disk is full later. A
+    marker an earlier run left in the reservation (its directory had turned
+    read-only) is first given its own name, so it is not overwritten."""
+    if reserved_marker(path) is not None:
+        with contextlib.suppress(OSError):
+            os.replace(path, marker)
     with contextlib.suppress(OSError):
         with open(path, "wb") as f:
             f.write(b" " * RESERVED_BYTES)
@@ -86,7 +93,9 @@ def _reserve_space(path: str) -> None:
 
 
 def _write_into_reserve(reserve: str, marker: str, obj: dict) -> bool:
-    """Write ``obj`` as JSON over the reserved blocks, then rename it to ``marker``."""
+    """Write ``obj`` as JSON over the reserved blocks, then rename it to ``marker``.
+    In a directory that no longer takes new names (read-only) the marker stays
+    under the reservation's name, where readers look too."""
     obj = {**obj, "error": obj["error"][: RESERVED_BYTES // 2]}
     data = json.dumps(obj, sort_keys=True).encode()
     if len(data) > RESERVED_BYTES or not os.path.exists(reserve):
@@ -97,9 +106,10 @@ def _write_into_reserve(reserve: str, marker: str, obj: dict) -> bool:
             f.truncate(len(data))
             f.flush()
             os.fsync(f.fileno())
-        os.replace(reserve, marker)
     except OSError:
         return False
+    with contextlib.suppress(OSError):
+        os.replace(reserve, marker)
     return True
 
 
@@ -155,8 +165,8 @@ class RecordingWriter:
         self._error: BaseException | None = None
         self._rng_sha256: dict[int, str] = {}
         self._closed = False
-        self._reserve = os.path.join(path, f".reserved-{stopped_marker_name(shard)}")
-        _reserve_space(self._reserve)
+        self._reserve = os.path.join(path, reserved_marker_name(shard))
+        _reserve_space(self._reserve, os.path.join(path, stopped_marker_name(shard)))
         self._thread = threading.Thread(
             target=self._run, name=f"areal-debug-writer-{shard}", daemon=True
         )
@@ -319,7 +329,8 @@ class RecordingWriter:
         try:
             atomic_write_json(marker, why)
         except OSError as e:
-            # A full disk: the blocks reserved at start still take the marker.
+            # A full disk or a read-only directory: the file reserved at start
+            # still takes the marker.
             if not _write_into_reserve(self._reserve, marker, why):
                 logger.error(f"Could not write {marker} either: {e!r}")
 

@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 
-from reliability import concurrent, crash, full_disk, hostile
+from reliability import concurrent, crash, full_disk, hostile, read_only
 from reliability.tally import Tally, table
 
 
@@ -61,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         tallies += crash.run(os.path.join(root, "crash"), args.chains, 4, args.seed)
         tallies.append(
             full_disk.run(os.path.join(root, "full-disk"), args.chains, args.seed)
+        )
+        tallies.append(
+            read_only.run(os.path.join(root, "read-only"), args.chains, args.seed)
         )
         tallies += concurrent.run(os.path.join(root, "concurrent"), args.cases // 5)
     print(table(tallies))

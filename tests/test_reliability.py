@@ -8,7 +8,7 @@ from __future__ import annotations
 from areal_debug.recording_lock import RecordingLock, writer_of
 from areal_debug.store_format import RecordingError
 from areal_debug.store_writer import sweep_leftovers
-from reliability import concurrent, crash, full_disk
+from reliability import concurrent, crash, full_disk, read_only
 
 
 def test_killed_and_resumed_dump_runs_keep_every_promise(tmp_path):
@@ -20,6 +20,13 @@ def test_killed_and_resumed_dump_runs_keep_every_promise(tmp_path):
 def test_file_size_limits_stop_the_recording_not_the_training(tmp_path):
     tally = full_disk.run(str(tmp_path), 2, seed=0)
     assert tally.all_handled, tally.failures
+
+
+def test_a_directory_made_read_only_mid_run_stops_the_recording_not_the_training(
+    tmp_path,
+):
+    tally = read_only.run(str(tmp_path), 2, seed=0)
+    assert tally.tried == 2 and tally.all_handled, tally.failures
 
 
 def test_readers_and_a_second_run_beside_a_dump_run(tmp_path):

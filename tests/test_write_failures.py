@@ -135,3 +135,44 @@ def test_the_stop_marker_uses_reserved_space_when_nothing_else_fits(
     w.close()
     (stop,) = RecordingReader(path).stopped()
     assert stop["step"] == 0 and "No space left" in stop["error"]
+
+
+def test_in_a_read_only_directory_the_marker_stays_in_its_reservation(
+    tmp_path, monkeypatch
+):
+    import errno
+    import os
+
+    from test_store import manifest, traj
+
+    from areal_debug import store_writer
+    from areal_debug.store_format import reserved_marker_name, stopped_marker_name
+
+    path = str(tmp_path)
+    store_writer.write_manifest(path, manifest())
+    w = store_writer.RecordingWriter(path, shard=0, num_shards=1, steps_per_epoch=10)
+
+    def denied(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    # A directory that takes no new names: no file created, none renamed, none
+    # removed; the reservation made at start is still writable.
+    monkeypatch.setattr(store_writer, "save_payload", denied)
+    monkeypatch.setattr(store_writer, "atomic_write_json", denied)
+    monkeypatch.setattr(store_writer.os, "replace", denied)
+    monkeypatch.setattr(store_writer.os, "unlink", denied)
+    w.submit_batch(0, [traj(0)])
+    w.close()
+    monkeypatch.undo()
+    assert not os.path.exists(tmp_path / stopped_marker_name(0))
+    (stop,) = RecordingReader(path).stopped()
+    assert stop["step"] == 0 and "Permission denied" in stop["error"]
+    # A later run (the directory writable again) gives the marker its own name
+    # before reserving space anew, so it is not overwritten.
+    store_writer.RecordingWriter(
+        path, shard=0, num_shards=1, steps_per_epoch=10
+    ).close()
+    assert (tmp_path / stopped_marker_name(0)).exists()
+    assert not (tmp_path / reserved_marker_name(0)).exists()
+    (stop,) = RecordingReader(path).stopped()
+    assert stop["step"] == 0 and "Permission denied" in stop["error"]
