@@ -99,6 +99,25 @@ def test_empty_allocation_is_derived_from_the_engine_backends(monkeypatch):
         plan_launch(argv("++allocation_mode=", "actor.backend=", "rollout.backend="))
 
 
+def test_a_yaml_without_the_allocation_key_gets_one(monkeypatch, tmp_path):
+    # AReaL 1.0.4's example YAMLs have no allocation_mode key at all, and the
+    # launcher's composed config is a struct (found running the gsm8k script).
+    from support.scripts import script_path
+
+    monkeypatch.delenv("AREAL_LLM_SERVER_ADDRS", raising=False)
+    monkeypatch.setenv("AREAL_DEBUG_WORKDIR", str(tmp_path))
+    config = ["--config", script_path("gsm8k_grpo_cpu.yaml")]
+    dump = plan_launch(
+        [script_path("gsm8k_rl.py"), *config, "debug.dump_rollout_data=true"]
+    )
+    assert dump.config.allocation_mode == "sglang:d1p1t1+fsdp:d1p1t1"
+    assert dump.argv[-1] == "++allocation_mode=sglang:d1p1t1+fsdp:d1p1t1"
+    replay = plan_launch(
+        [script_path("gsm8k_rl.py"), *config, "debug.replay_rollout_data=true"]
+    )
+    assert replay.config.allocation_mode == "fsdp:d1p1t1"
+
+
 def test_running_servers_are_passed_on_and_none_started(monkeypatch):
     monkeypatch.setenv("AREAL_LLM_SERVER_ADDRS", "127.0.0.1:4567")
     plan = plan_launch(argv("debug.dump_rollout_data=true"))

@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass, field
 
 from areal.utils import logging
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from areal_debug import areal_compat
 from areal_debug.config import REPLAY_TRIAL_SUFFIX, compose_with_debug_overrides
@@ -96,7 +96,9 @@ def plan_launch(argv: list[str], resize_cluster: bool = False) -> LaunchPlan:
 
 def _set_allocation(cfg: DictConfig, plan: LaunchPlan, alloc: str) -> None:
     """The launcher's allocation, and the trainer processes' (they parse argv)."""
-    cfg.allocation_mode = alloc
+    # AReaL's example YAMLs lack the key, and the composed config is a struct.
+    with open_dict(cfg):
+        cfg.allocation_mode = alloc
     plan.argv = [
         a for a in plan.argv if not a.lstrip("+").startswith("allocation_mode=")
     ]

@@ -1,0 +1,81 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The gsm8k-shaped script through areal-debug's SPMD launcher, as AReaL's
+examples are launched (``python -m areal.infra.launcher.local script.py``).
+
+Its YAML leaves ``allocation_mode`` empty (backends per engine, every 1.0.4
+example): the launcher derives the dump's allocation from them, starts no server
+when ``AREAL_LLM_SERVER_ADDRS`` names a running one and passes the addresses on,
+and derives the replay's from the training engine alone.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+from support.harness import recording_dir, replay_report, run_logged
+from support.scripts import env_for, processes_of, script_path, write_gsm8k
+
+from areal_debug.store_reader import RecordingReader
+
+pytestmark = pytest.mark.areal
+
+EXPERIMENT = "gsm8k-grpo"
+STEPS = 2
+
+
+def launch(workdir, name: str, overrides: list[str], server: str | None = None):
+    cmd = [
+        sys.executable,
+        "-m",
+        "areal_debug.launcher.local",
+        script_path("gsm8k_rl.py"),
+        "--config",
+        script_path("gsm8k_grpo_cpu.yaml"),
+        *overrides,
+    ]
+    rc, log = run_logged(cmd, str(workdir), name, env_for(workdir, server), 900)
+    left = [p for p in processes_of(workdir) if "tooling.cpu_server" not in p]
+    assert left == [], f"{name} left processes behind: {left}"
+    return rc, log
+
+
+def test_gsm8k_script_records_and_replays_through_the_spmd_launcher(
+    tiny_assets, tmp_path
+):
+    from areal_debug.testing import end_process, start_server
+
+    os.symlink(tiny_assets / "model", tmp_path / "model")
+    write_gsm8k(tmp_path)
+    os.makedirs(tmp_path / "root" / "name_resolve")
+    server, addr = start_server(tmp_path, env_for(tmp_path))
+    try:
+        rc, log = launch(
+            tmp_path,
+            "dump",
+            ["debug.dump_rollout_data=true", "debug.deterministic=true"],
+            addr,
+        )
+    finally:
+        end_process(server)
+    assert rc == 0, log[-4000:]
+    assert "from rollout.backend and actor.backend" in log
+    assert "no server is started" in log
+    assert "ScriptTrainer.train (export_style=concat)" in log
+    reader = RecordingReader(recording_dir(str(tmp_path), EXPERIMENT, "trial0"))
+    assert reader.manifest.layout.mode == "spmd"
+    assert reader.available_steps() == list(range(STEPS))
+
+    rc, log = launch(
+        tmp_path,
+        "replay",
+        ["debug.replay_rollout_data=true", "debug.deterministic=true"],
+    )
+    assert rc == 0, log[-4000:]
+    assert "Replay engine in place of the inference engine" in log
+    report = replay_report(str(tmp_path), EXPERIMENT, "trial0_replay")
+    assert report["summary"]["steps"] == STEPS
+    assert report["summary"]["all_identical"] is True, report["first_divergence"]
+    for entry in report["steps"]:
+        assert {s["status"] for s in entry["stages"].values()} == {"identical"}
