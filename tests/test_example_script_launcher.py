@@ -5,7 +5,9 @@ examples are launched (``python -m areal.infra.launcher.local script.py``).
 Its YAML leaves ``allocation_mode`` empty (backends per engine, every 1.0.4
 example): the launcher derives the dump's allocation from them, starts no server
 when ``AREAL_LLM_SERVER_ADDRS`` names a running one and passes the addresses on,
-and derives the replay's from the training engine alone.
+and derives the replay's from the training engine alone. The YAML is the one
+with a critic and a reference model under a KL penalty (``gsm8k_ppo.yaml``
+shape), so the run covers those models in SPMD mode too.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from areal_debug.store_reader import RecordingReader
 
 pytestmark = pytest.mark.areal
 
-EXPERIMENT = "gsm8k-grpo"
+EXPERIMENT = "gsm8k-ppo"
 STEPS = 2
 
 
@@ -32,7 +34,7 @@ def launch(workdir, name: str, overrides: list[str], server: str | None = None):
         "areal_debug.launcher.local",
         script_path("gsm8k_rl.py"),
         "--config",
-        script_path("gsm8k_grpo_cpu.yaml"),
+        script_path("gsm8k_ppo_cpu.yaml"),
         *overrides,
     ]
     rc, log = run_logged(cmd, str(workdir), name, env_for(workdir, server), 900)
@@ -79,3 +81,6 @@ def test_gsm8k_script_records_and_replays_through_the_spmd_launcher(
     assert report["summary"]["all_identical"] is True, report["first_divergence"]
     for entry in report["steps"]:
         assert {s["status"] for s in entry["stages"].values()} == {"identical"}
+        # The critic's values and the reference's log-probs, recomputed.
+        assert {"values", "ref_logp", "weights"} <= set(entry["stages"])
+        assert entry["stages"]["ref_logp"]["source"] == "computed"
