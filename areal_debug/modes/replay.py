@@ -53,6 +53,7 @@ class ReplayMode(ActiveMode):
         self._eval_skip_logged = False
         self._rng_warned = False
         self._stages: dict[int, dict[str, Any]] = {}
+        self._stages_read: tuple[int | None, Any] = (None, None)
 
     # -- building ------------------------------------------------------------------
     def prepare(self, config, train_dataset, valid_dataset):
@@ -189,6 +190,12 @@ class ReplayMode(ActiveMode):
         )
         self._check_recorded_ref(topology)
         super().started()
+        if self.uses_recorded_ref() and self.stage_probes is None:
+            raise UnsupportedReplayError(
+                "debug.replay_recorded_ref_logp=true, but the reference engine is "
+                "not probed (stage digests cover AReaL's FSDP engines), so nothing "
+                "can stand in for its forward pass. Replay without the option."
+            )
         if topology.changed and self.topology.is_coordinator():
             logger.warning(topology.describe())
         changed = differences(reader.manifest.determinism, current_settings())
@@ -248,8 +255,8 @@ class ReplayMode(ActiveMode):
                     "training-side randomness (dropout) may differ."
                 )
 
-        if self.uses_recorded_ref() and self.stage_probes is not None:
-            _, tensors = self.reader.recorded_stages(step)
+        if self.uses_recorded_ref():
+            _, tensors = self._recorded_stages(step)
             self.topology.hand_over_ref_logp(
                 self.stage_probes, step, ref_logp_tensors(tensors)
             )
@@ -257,8 +264,15 @@ class ReplayMode(ActiveMode):
     def _recorded_rng(self, step: int):
         return self.reader.recorded_rng(step)
 
+    def _recorded_stages(self, step: int):
+        """The step's recorded stages, read once per step (the reference's
+        stand-in and the comparison both need them)."""
+        if self._stages_read[0] != step:
+            self._stages_read = (step, self.reader.recorded_stages(step))
+        return self._stages_read[1]
+
     def on_step_stages(self, step: int, stages, tensors, ref_forwards) -> None:
-        recorded, recorded_tensors = self.reader.recorded_stages(step)
+        recorded, recorded_tensors = self._recorded_stages(step)
         same_layout = not self.comparison.report.topology.changed
         compared = compare_stages(
             recorded, stages, same_layout, recorded_tensors, tensors
@@ -326,7 +340,7 @@ class ReplayMode(ActiveMode):
         return _NeverRunWorkflow() if workflow is None else workflow
 
     def _require_recorded_ref(self, start: int) -> None:
-        _, tensors = self.reader.recorded_stages(start)
+        _, tensors = self._recorded_stages(start)
         if not ref_logp_tensors(tensors):
             raise UnsupportedReplayError(
                 f"debug.replay_recorded_ref_logp=true, but step {start} of the "
