@@ -82,8 +82,10 @@ def _reserve_space(path: str, marker: str) -> None:
     """Allocate room for a stop marker now, for when the disk is full later. A
     marker an earlier run left in the reservation (its directory had turned
     read-only) is first given its own name, so it is not overwritten."""
-    if reserved_marker(path) is not None:
-        with contextlib.suppress(OSError):
+    # Best effort, like the reservation itself: a writer that cannot write is
+    # stopped by its first write, never by its start.
+    with contextlib.suppress(OSError, RecordingError):
+        if reserved_marker(path) is not None:
             os.replace(path, marker)
     with contextlib.suppress(OSError):
         with open(path, "wb") as f:
