@@ -38,7 +38,7 @@ class StageProbedEngine:
         ``recorded_ref``: the reference's log-probs come from the recording."""
         stand_in = None
         if recorded_ref and role == "ref":
-            stand_in = RecordedRefLogp(dist.get_rank() if dist.is_initialized() else 0)
+            stand_in = RecordedRefLogp()
         self._stage_probes = StageProbes(frozenset(keep), stand_in)
         self._stage_patches = MethodPatches()
         self._stage_probes.install_engine(role, self, self._stage_patches)

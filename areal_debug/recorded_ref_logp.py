@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from areal_debug.store_format import RecordingError
 
@@ -31,7 +32,10 @@ def ref_logp_tensors(
 class RecordedRefLogp:
     """Installed on the reference engine of one rank."""
 
-    def __init__(self, rank: int):
+    def __init__(self, rank: int | None = None):
+        # The stage tensors name ranks as the step's gather does: global ranks.
+        if rank is None:
+            rank = dist.get_rank() if dist.is_initialized() else 0
         self.rank = rank
         self._pending: tuple[int, list[torch.Tensor]] | None = None
 

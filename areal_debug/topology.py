@@ -157,8 +157,7 @@ class SpmdTopology(Topology):
 
     def start_stage_probes(self, trainer, patches, worker_probes, keep, recorded_ref):
         # The engines train in this process.
-        stand_in = RecordedRefLogp(dist.get_rank() if dist.is_initialized() else 0)
-        probes = StageProbes(keep, stand_in if recorded_ref else None)
+        probes = StageProbes(keep, RecordedRefLogp() if recorded_ref else None)
         probes.install(trainer, patches)
         return probes
 
