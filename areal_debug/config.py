@@ -61,6 +61,15 @@ class DebugConfig:
             "writer. When the writer falls this far behind, training waits for it."
         },
     )
+    writer_process: bool = field(
+        default=True,
+        metadata={
+            "help": "Dump mode: serialise, compress, hash and write each step's "
+            "payload in a process of its own, so the recorder does not take the GIL "
+            "from a Python-heavy training loop (the batch reaches it through shared "
+            "memory). false: on a thread of the training process."
+        },
+    )
     compression: str = field(
         default="zstd",
         metadata={

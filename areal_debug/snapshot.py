@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from areal_debug.packed_payload import pack
-from areal_debug.store_format import check_storable, describe_batch
+from areal_debug.store_format import check_storable
 
 
 class ChangedInPlace(RuntimeError):
@@ -89,8 +89,7 @@ def _version(t: torch.Tensor) -> int | None:
 class PendingCopy:
     """A batch whose tensors a copier thread is cloning; the versions they had.
 
-    ``copied`` is the Future of the copy, in packed form (packed_payload), and
-    of its description for the shard metadata.
+    ``copied`` is the Future of the copy, in packed form (packed_payload).
     ``confirm()`` checks the versions once more, later (after the writer has written the step): an in-place change that
     was still running while the copy was made bumps the counter only when it
     ends, so a change before that point cannot be told apart from one during
@@ -103,12 +102,12 @@ class PendingCopy:
         shared = snapshot_batch(batch, clone_tensors=False, watch=self._watched)
         self.copied: Future = pool.submit(self._copy, shared)
 
-    def _copy(self, shared: list[dict[str, Any]]) -> tuple[dict[str, Any], dict]:
-        # Packing is the copy (one call per dtype); the description is read
-        # off the originals while they are known to be unchanged.
-        packed, described = pack(shared), describe_batch(shared)
+    def _copy(self, shared: list[dict[str, Any]]) -> dict[str, Any]:
+        # Packing is the copy (one call per dtype); the writer describes what it
+        # stores from it.
+        packed = pack(shared)
         self.confirm()
-        return packed, described
+        return packed
 
     def confirm(self) -> None:
         changed = [

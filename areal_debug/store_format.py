@@ -27,7 +27,7 @@ import json
 import os
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
 import torch
@@ -180,8 +180,16 @@ class PayloadSink:
     its content size: the metadata's ``raw_bytes`` bounds the reader instead.
     """
 
-    def __init__(self, file: BinaryIO, codec: str, level: int):
+    def __init__(
+        self,
+        file: BinaryIO,
+        codec: str,
+        level: int,
+        check: Callable[[], None] | None = None,
+    ):
         self.file = file
+        # Called before each write: may raise to abandon the file.
+        self.check = check
         self.codec = codec
         self.raw_bytes = 0
         self.bytes = 0
@@ -234,6 +242,8 @@ class PayloadSink:
         self._store(self._encoder.compress(data) if self._encoder else data)
 
     def _store(self, data) -> None:
+        if self.check is not None:
+            self.check()
         if data:
             self._sha.update(data)
             self.file.write(data)

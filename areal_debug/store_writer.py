@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Writing a recording: a snapshot on the training thread, all I/O on a writer thread."""
+"""Writing a recording: a snapshot on the training thread, all I/O on a writer thread
+(payloads stored by the writer process, ``payload_process``)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,14 @@ from typing import Any
 import torch
 from areal.utils import logging
 
-from areal_debug import retention
+from areal_debug import payload_process, retention
 from areal_debug.manifest import Manifest
 from areal_debug.packed_payload import pack
+from areal_debug.payload_process import (
+    WriterProcessUnavailable,
+    describe_packed,
+    save_payload,
+)
 from areal_debug.snapshot import (
     ChangedInPlace,
     PendingCopy,
@@ -41,12 +47,9 @@ from areal_debug.store_format import (
     STEP_META,
     TEACHER_LOGP_META,
     TEMPORARY_PREFIX,
-    PayloadSink,
     RecordingError,
-    atomic_file,
     atomic_write_json,
     complete_step_dirs,
-    describe_batch,
     dir_bytes,
     kept_steps,
     list_step_dirs,
@@ -61,18 +64,6 @@ from areal_debug.store_format import (
 )
 
 logger = logging.getLogger("DebugDump")
-
-
-def save_payload(
-    path: str, obj: Any, codec: str = "none", level: int = 1
-) -> dict[str, Any]:
-    """torch.save ``obj`` through ``codec`` into ``path`` atomically; return the
-    metadata a reader needs (file, codec, sizes, sha256)."""
-    with atomic_file(path) as f:
-        sink = PayloadSink(f, codec, level)
-        torch.save(obj, sink)
-        stored = sink.finish()
-    return {"file": os.path.basename(path), **stored}
 
 
 RESERVED_BYTES = 4096
@@ -146,6 +137,7 @@ class RecordingWriter:
         compression_level: int = 1,
         fatal_errors: bool = False,
         retention_policy: retention.RetentionPolicy | None = None,
+        writer_process: bool = True,
     ):
         self.path = path
         # Only the coordinator's writer (the one that writes stats) deletes.
@@ -163,6 +155,7 @@ class RecordingWriter:
         self.steps_per_epoch = steps_per_epoch
         self.clone_tensors = clone_tensors
         self._snapshots = Snapshotter(clone_tensors)
+        self._payloads = self._start_writer_process() if writer_process else None
         self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
         self._error: BaseException | None = None
         self._rng_sha256: dict[int, str] = {}
@@ -174,6 +167,22 @@ class RecordingWriter:
         )
         self._thread.start()
         _live_writers.add(self)
+
+    def _start_writer_process(self) -> payload_process.PayloadProcess | None:
+        try:
+            process = payload_process.shared()
+            process.start()  # it imports torch while training starts
+            return process
+        except Exception as e:  # noqa: BLE001 - the thread can store instead
+            self._no_writer_process(e)
+            return None
+
+    def _no_writer_process(self, error: BaseException) -> None:
+        logger.warning(
+            f"areal-debug could not use its writer process ({error!r}); payloads "
+            "are stored on the writer thread instead, which may slow a Python-heavy "
+            "training loop. Set debug.writer_process=false to say so."
+        )
 
     # -- training thread -----------------------------------------------------
     def submit_batch(
@@ -356,16 +365,30 @@ class RecordingWriter:
                 "training thread before training uses it (exact, a little slower)."
             )
 
+    def _store_payload(
+        self, path: str, packed: dict[str, Any], describe: bool = False
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """Store a packed payload (in the writer process when there is one); with
+        ``describe`` also its shard description."""
+        if self._payloads is not None:
+            try:
+                return self._payloads.store(
+                    path, packed, self.codec, self.level, describe
+                )
+            except WriterProcessUnavailable as e:
+                self._no_writer_process(e)
+                self._payloads = None
+        stored = save_payload(path, packed, self.codec, self.level)
+        described = describe_packed(packed) if describe else None
+        return stored, described
+
     def _write_shard(self, step: int, batch, pending: PendingCopy | None) -> None:
-        """``batch``: the list, or with ``pending`` its (packed, description)."""
+        """``batch``: the list, or with ``pending`` its packed copy."""
         step_dir = self._step_dir(step)
         name = shard_payload_name(self.shard, self.codec)
         path = os.path.join(step_dir, name)
-        if pending is not None:
-            packed, described = batch
-        else:
-            packed, described = pack(batch), describe_batch(batch)
-        stored = save_payload(path, packed, self.codec, self.level)
+        packed = batch if pending is not None else pack(batch)
+        stored, described = self._store_payload(path, packed, describe=True)
         if pending is not None:
             try:
                 # An in-place change still running during the copy shows now.
@@ -386,10 +409,8 @@ class RecordingWriter:
     def _write_teacher_logp(self, step: int, logps: list[torch.Tensor]) -> None:
         step_dir = self._step_dir(step)
         path = os.path.join(step_dir, teacher_payload_name(self.codec))
-        meta = {
-            **save_payload(path, pack(logps), self.codec, self.level),
-            "num_trajectories": len(logps),
-        }
+        stored, _ = self._store_payload(path, pack(logps))
+        meta = {**stored, "num_trajectories": len(logps)}
         atomic_write_json(os.path.join(step_dir, TEACHER_LOGP_META), meta)
         self._maybe_finish_step(step)
 

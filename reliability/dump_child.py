@@ -23,7 +23,7 @@ import sys
 import time
 from types import SimpleNamespace
 
-from areal_debug import checkpoints
+from areal_debug import checkpoints, payload_process
 from areal_debug.areal_compat import recover_paths
 from areal_debug.recording_lock import RecordingLock
 from areal_debug.retention import RetentionPolicy
@@ -49,18 +49,28 @@ POINTS = {
 
 
 class KillAt:
-    """SIGKILL this process the ``n``-th time ``point`` is reached."""
+    """SIGKILL this process the ``n``-th time ``point`` is reached. Installed in
+    the writer process too, where payloads are stored: there it kills the
+    training process first, so the whole run dies at that point."""
 
-    def __init__(self, point: str, n: int):
+    def __init__(self, point: str, n: int, in_writer_process: bool = False):
         self.kind, pattern = POINTS[point]
         self.pattern = re.compile(pattern) if pattern else None
         self.left = n
+        self.victims = [os.getppid(), os.getpid()] if in_writer_process else []
+        if not in_writer_process:
+            payload_process.child_initializer = (
+                "reliability.dump_child:kill_in_writer_process",
+                [point, n],
+            )
 
     def reached(self, kind: str, path: str = "") -> None:
         if kind != self.kind or (self.pattern and not self.pattern.search(path)):
             return
         self.left -= 1
         if self.left == 0:
+            for pid in self.victims:
+                os.kill(pid, signal.SIGKILL)
             os.kill(os.getpid(), signal.SIGKILL)
 
     def install(self) -> None:
@@ -87,6 +97,11 @@ class KillAt:
 
         os.replace, PayloadSink._store = replace, store
         shutil.copy2, shutil.rmtree = copy, rmtree
+
+
+def kill_in_writer_process(point: str, n: int) -> None:
+    """The writer process's initializer: the same kill point, there."""
+    KillAt(point, n, in_writer_process=True).install()
 
 
 def config(root: str) -> SimpleNamespace:

@@ -29,7 +29,7 @@ def test_background_copy_is_a_copy_and_leaves_the_training_thread_the_originals(
     snapshots = Snapshotter(clone_tensors=True)
     pending = snapshots.take(batch)
     assert isinstance(pending, PendingCopy)
-    copy = unpack(pending.copied.result(timeout=30)[0], copy=False)
+    copy = unpack(pending.copied.result(timeout=30), copy=False)
     snapshots.close()
     assert_batches_equal(expected, copy)
     assert copy[0]["input_ids"].data_ptr() != batch[0]["input_ids"].data_ptr()
@@ -63,7 +63,7 @@ def test_inference_mode_tensors_need_no_version_check():
     with torch.inference_mode():
         t = {"input_ids": torch.arange(6).reshape(2, 3)}
     with ThreadPoolExecutor(1) as pool:
-        copy = unpack(PendingCopy([t], pool).copied.result(timeout=30)[0])
+        copy = unpack(PendingCopy([t], pool).copied.result(timeout=30))
     assert torch.equal(copy[0]["input_ids"], t["input_ids"])
 
 

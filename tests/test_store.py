@@ -309,7 +309,11 @@ def test_a_full_disk_stops_the_recording_where_it_failed(tmp_path, monkeypatch):
     store_writer.logger.addHandler(handler)
     monkeypatch.setattr(store_writer.logger, "disabled", False)
     write_manifest(str(tmp_path), manifest())
-    w = RecordingWriter(str(tmp_path), shard=0, num_shards=1, steps_per_epoch=10)
+    # On the writer thread, where save_payload is patched (a real full disk in
+    # the writer process: test_write_failures).
+    w = RecordingWriter(
+        str(tmp_path), shard=0, num_shards=1, steps_per_epoch=10, writer_process=False
+    )
     for step in range(5):  # what training submits goes on being accepted
         w.submit_batch(step, [traj(step)])
         w.submit_stats(step, {"loss": float(step)})
@@ -470,7 +474,13 @@ def test_each_codec_round_trips_bitwise(tmp_path, codec):
     # The checksum and size are those of the bytes on disk.
     assert entry["sha256"] == sha256_bytes(on_disk) and entry["bytes"] == len(on_disk)
     buf = io.BytesIO()
-    torch.save(pack(batch), buf)  # the payload: its tensors packed per dtype
+    # The payload: its tensors packed per dtype, saved by the writer process
+    # without the zip's CRC32 (the sha256 covers the file).
+    torch.serialization.set_crc32_options(False)
+    try:
+        torch.save(pack(batch), buf)
+    finally:
+        torch.serialization.set_crc32_options(True)
     assert entry["raw_bytes"] == len(buf.getvalue())
     if codec == "zstd":
         # Padding, and 18-bit token ids in int64, compress (0.24 measured on this

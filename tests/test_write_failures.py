@@ -124,7 +124,9 @@ def test_the_stop_marker_uses_reserved_space_when_nothing_else_fits(
     path = str(tmp_path)
     write_manifest = store_writer.write_manifest
     write_manifest(path, manifest())
-    w = store_writer.RecordingWriter(path, shard=0, num_shards=1, steps_per_epoch=10)
+    w = store_writer.RecordingWriter(
+        path, shard=0, num_shards=1, steps_per_epoch=10, writer_process=False
+    )
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -150,7 +152,9 @@ def test_in_a_read_only_directory_the_marker_stays_in_its_reservation(
 
     path = str(tmp_path)
     store_writer.write_manifest(path, manifest())
-    w = store_writer.RecordingWriter(path, shard=0, num_shards=1, steps_per_epoch=10)
+    w = store_writer.RecordingWriter(
+        path, shard=0, num_shards=1, steps_per_epoch=10, writer_process=False
+    )
 
     def denied(*args, **kwargs):
         raise PermissionError(errno.EACCES, "Permission denied")

@@ -297,6 +297,7 @@ def _write_with_writer(
             num_shards=len(shards),
             steps_per_epoch=reader.steps_per_epoch,
             compression=codec,
+            writer_process=False,  # no training loop here to keep the GIL for
         )
         for i in range(len(shards))
     ]

@@ -1,0 +1,377 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The writer process: payloads serialised, compressed, hashed, written and fsynced
+outside the training process.
+
+On a thread of the training process that work takes the GIL back dozens of times
+a step, and each time a Python-heavy training loop waits. Here the recorder's
+writer thread only packs a payload (``packed_payload``: one flat buffer per
+dtype), copies the buffers once into shared memory (a memfd both processes map)
+and waits for the reply with the GIL released. The writer process reads the
+buffers in place, stores the payload atomically and describes it for the shard
+metadata.
+
+The process is ``python -m areal_debug.payload_process``, not multiprocessing's
+spawn (which would import the user's training script again), and imports only
+torch and this package's format module. It is started once per training
+process and shared by its writers, one payload at a time. It ends with its
+parent: when idle it reads end-of-file on its socket, when busy it checks its
+parent between chunks and before the rename, so a killed training run leaves
+no step behind it (at most a temporary file, which the next run sweeps).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import mmap
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.connection import Connection
+from typing import Any
+
+import torch
+
+from areal_debug.packed_payload import unpack
+from areal_debug.store_format import (
+    PayloadSink,
+    RecordingError,
+    atomic_file,
+    describe_batch,
+)
+
+# Offsets in shared memory are aligned so every dtype can view its buffer.
+ALIGN = 64
+
+# (``"module:function"``, JSON arguments) the writer process calls before it
+# serves: how a harness installs what it needs there (reliability's kill points).
+child_initializer: tuple[str, list] | None = None
+
+
+def save_payload(
+    path: str,
+    obj: Any,
+    codec: str = "none",
+    level: int = 1,
+    check: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """torch.save ``obj`` through ``codec`` into ``path`` atomically; return the
+    metadata a reader needs (file, codec, sizes, sha256). ``check`` runs between
+    chunks and before the rename, and may raise to abandon the file."""
+    with atomic_file(path) as f:
+        sink = PayloadSink(f, codec, level, check)
+        torch.save(obj, sink)
+        stored = sink.finish()
+        if check is not None:
+            check()
+    return {"file": os.path.basename(path), **stored}
+
+
+def describe_packed(packed: dict[str, Any]) -> dict[str, Any]:
+    """The shard description of a packed batch, read off what is stored."""
+    return describe_batch(unpack(packed, copy=False))
+
+
+def _aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+class _Arena:
+    """Shared memory the writer process maps too: a memfd (no name, so nothing
+    is left behind by a crash; not bounded by the size of /dev/shm)."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.fd = os.memfd_create("areal-debug-payload", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(self.fd, size)
+            # Memory taken now fails here (ENOSPC/ENOMEM), not as SIGBUS later.
+            os.posix_fallocate(self.fd, 0, size)
+            self.map = mmap.mmap(self.fd, size)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self.bytes = torch.frombuffer(self.map, dtype=torch.uint8)
+
+    def close(self) -> None:
+        del self.bytes  # the tensor holds the map's buffer
+        self.map.close()
+        os.close(self.fd)
+
+
+class WriterProcessUnavailable(RecordingError):
+    """The writer process ended before it stored anything: it could not start
+    here (the writer thread stores payloads instead)."""
+
+
+class PayloadProcess:
+    """The training process's side: start the writer process, hand it payloads."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._sock: socket.socket | None = None
+        self._conn: Connection | None = None
+        self._arena: _Arena | None = None
+        # Payloads the current process stored: one that dies before any could
+        # not start (unavailable), one that dies later was killed.
+        self._served = 0
+
+    def start(self) -> None:
+        """Start the writer process (it imports torch while training starts)."""
+        with self._lock:
+            self._start()
+
+    def _start(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        self._close()
+        self._served = 0
+        ours, theirs = socket.socketpair()
+        argv = [sys.executable, "-m", "areal_debug.payload_process"]
+        argv += [str(theirs.fileno()), json.dumps(child_initializer)]
+        try:
+            self._proc = subprocess.Popen(
+                argv,
+                pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL,
+                # Its own threads would compete with training for the cores.
+                env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": _path()},
+            )
+        finally:
+            theirs.close()
+        self._sock = ours
+        self._conn = Connection(os.dup(ours.fileno()))
+
+    def store(
+        self, path: str, packed: dict[str, Any], codec: str, level: int, describe: bool
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """``store_packed`` in the writer process; its errors raised here."""
+        with self._lock:
+            self._start()
+            tensors = {k: v for k, v in packed.items() if isinstance(v, torch.Tensor)}
+            laid_out = [*tensors.values(), *packed["buffers"]]
+            layout, offset = [], 0
+            for t in laid_out:
+                dtype = str(t.dtype).removeprefix("torch.")
+                layout.append((dtype, offset, list(t.shape)))
+                offset += _aligned(t.numel() * t.element_size())
+            new_arena = self._arena is None or self._arena.size < offset
+            if new_arena:
+                if self._arena is not None:
+                    self._arena.close()
+                    self._arena = None
+                self._arena = _Arena(max(offset, ALIGN))
+            for t, (_, at, _) in zip(laid_out, layout, strict=True):
+                n = t.numel() * t.element_size()
+                self._arena.bytes[at : at + n].view(t.dtype).copy_(t.reshape(-1))
+            # Tensors travel in the arena; their keys keep their place, so both
+            # processes save the same bytes.
+            plain = {
+                k: None if k == "buffers" or k in tensors else v
+                for k, v in packed.items()
+            }
+            request = {
+                "path": path,
+                "codec": codec,
+                "level": level,
+                "describe": describe,
+                "packed": plain,
+                "tensors": dict(zip(tensors, layout, strict=False)),
+                "buffers": layout[len(tensors) :],
+                "arena": self._arena.size if new_arena else None,
+            }
+            try:
+                # Plain pickle: the request holds no tensor (those are in the arena).
+                self._conn.send_bytes(pickle.dumps(request))
+                if new_arena:
+                    socket.send_fds(self._sock, [b"F"], [self._arena.fd])
+                reply = pickle.loads(self._conn.recv_bytes())
+            except (EOFError, OSError) as e:
+                raise self._died(path) from e
+            self._served += 1
+        if reply[0] == "ok":
+            return reply[1], reply[2]
+        raise _error_from(reply[1])
+
+    def _died(self, path: str) -> RecordingError:
+        code = self._proc.wait() if self._proc is not None else None
+        served = self._served
+        self._close()
+        if not served:
+            return WriterProcessUnavailable(
+                f"the writer process exited (code {code}) before storing anything"
+            )
+        return RecordingError(
+            f"The recording's writer process exited (code {code}) while storing "
+            f"{path}. It was killed or ran out of memory; its last payload is not "
+            "recorded."
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(OSError):
+                self._conn.send_bytes(pickle.dumps(None))
+            self._conn.close()
+            self._sock.close()
+            self._conn = self._sock = None
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+        if self._arena is not None:
+            self._arena.close()
+            self._arena = None
+
+
+def _path() -> str:
+    """PYTHONPATH for the writer process: where this package was imported from
+    first (a script may have put it on sys.path by hand), then the parent's."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    inherited = os.environ.get("PYTHONPATH")
+    return os.pathsep.join([here, inherited] if inherited else [here])
+
+
+def _portable(e: BaseException) -> dict[str, Any]:
+    if isinstance(e, OSError) and e.errno is not None:
+        return {"errno": e.errno, "strerror": e.strerror, "filename": e.filename}
+    return {"type": type(e).__name__, "message": str(e)}
+
+
+def _error_from(d: dict[str, Any]) -> BaseException:
+    """The writer process's error, as the training process raises it: OSErrors
+    keep their class and errno (a full disk is still ``OSError(ENOSPC)``)."""
+    if "errno" in d:
+        args = (d["errno"], d["strerror"])
+        return OSError(*args, d["filename"]) if d["filename"] else OSError(*args)
+    return RecordingError(f"{d['type']}: {d['message']} (in the writer process)")
+
+
+_shared: PayloadProcess | None = None
+_shared_lock = threading.Lock()
+
+
+def shared() -> PayloadProcess:
+    """This training process's writer process (started on first use)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = PayloadProcess()
+        return _shared
+
+
+@atexit.register
+def _close_shared() -> None:
+    # Registered before the writers' own exit hook, so it runs after it: the
+    # writers store what they still hold first.
+    if _shared is not None:
+        _shared.close()
+
+
+# -- the writer process ---------------------------------------------------------
+
+
+class ParentGone(RuntimeError):
+    """The training process ended; what is being stored is abandoned."""
+
+
+def _serve(fd: int) -> int:
+    parent = os.getppid()
+
+    def check() -> None:
+        if os.getppid() != parent:
+            raise ParentGone("the training process has ended")
+
+    # The sha256 over the file (in the metadata) already covers every byte; the
+    # zip's own CRC32 would cost a pass over the payload. A process-wide switch,
+    # so only flipped here, in a process of its own.
+    torch.serialization.set_crc32_options(False)
+    sock = socket.socket(fileno=fd)
+    conn = Connection(os.dup(fd))
+    arena: mmap.mmap | None = None
+    describer = ThreadPoolExecutor(1, thread_name_prefix="describe")
+    while True:
+        try:
+            request = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            return 0  # the training process has ended
+        if request is None:
+            return 0
+        try:
+            if request["arena"]:
+                _, fds, _, _ = socket.recv_fds(sock, 1, 1)
+                if arena is not None:
+                    arena.close()
+                arena = mmap.mmap(fds[0], request["arena"])
+                os.close(fds[0])
+            reply = ("ok", *_store(request, arena, check, describer))
+        except ParentGone:
+            return 0
+        except BaseException as e:  # noqa: BLE001 - every error goes back
+            reply = ("error", _portable(e))
+        try:
+            conn.send_bytes(pickle.dumps(reply))
+        except OSError:
+            return 0
+
+
+def _in_arena(arena: mmap.mmap, dtype: str, offset: int, shape: list[int]):
+    """A tensor over its bytes in the arena, not a copy (and not a view of the
+    whole arena, which torch.save would store whole)."""
+    n = 1
+    for d in shape:
+        n *= d
+    kind = getattr(torch, dtype)
+    if not n:
+        return torch.empty(shape, dtype=kind)
+    return torch.frombuffer(arena, dtype=kind, count=n, offset=offset).view(shape)
+
+
+def _store(
+    request: dict,
+    arena: mmap.mmap,
+    check: Callable[[], None],
+    describer: ThreadPoolExecutor,
+):
+    packed = dict(request["packed"])
+    for k, spec in request["tensors"].items():
+        packed[k] = _in_arena(arena, *spec)
+    packed["buffers"] = [_in_arena(arena, *spec) for spec in request["buffers"]]
+    described = None
+    if request["describe"]:
+        # Beside the save, which spends most of its time with the GIL released.
+        described = describer.submit(describe_packed, packed)
+    try:
+        stored = save_payload(
+            request["path"], packed, request["codec"], request["level"], check
+        )
+    finally:
+        described = described.result() if described is not None else None
+    return stored, described
+
+
+def _main(argv: list[str]) -> int:
+    fd, initializer = int(argv[0]), json.loads(argv[1])
+    if initializer:
+        import importlib
+
+        module, _, function = initializer[0].partition(":")
+        getattr(importlib.import_module(module), function)(*initializer[1])
+    return _serve(fd)
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

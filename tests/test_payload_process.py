@@ -1,0 +1,162 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The writer process: same bytes as the writer thread, errors brought back, and
+it ends with its parent."""
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+
+from areal_debug import payload_process
+from areal_debug.packed_payload import pack
+from areal_debug.payload_process import PayloadProcess, describe_packed, save_payload
+from areal_debug.store_format import RecordingError
+from areal_debug.store_reader import RecordingReader
+from areal_debug.store_writer import RecordingWriter, write_manifest
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def batch(n: int, seed: int = 0) -> list[dict]:
+    g = torch.Generator().manual_seed(seed)
+    return [
+        {
+            "input_ids": torch.randint(0, 150_000, (2, n), generator=g),
+            "logprobs": -torch.rand(2, n, generator=g),
+            "attention_mask": torch.ones(2, n, dtype=torch.bool),
+            "versions": torch.full((2, n), 3, dtype=torch.int32),
+            "loss_mask": torch.ones(2, n, dtype=torch.int32),
+            "rewards": torch.rand(2, generator=g, dtype=torch.float64),
+            "empty": torch.zeros(0),
+        }
+        for _ in range(4)
+    ]
+
+
+@pytest.fixture
+def writer_process():
+    process = PayloadProcess()
+    yield process
+    process.close()
+
+
+def test_it_stores_the_same_bytes_as_the_writer_thread(tmp_path, writer_process):
+    # A small payload, then one that needs a larger arena, then a small one.
+    for i, n in enumerate([16, 4096, 8]):
+        packed = pack(batch(n, seed=i))
+        ours = tmp_path / f"process-{i}.pt.zst"
+        stored, described = writer_process.store(str(ours), packed, "zstd", 1, True)
+        torch.serialization.set_crc32_options(False)  # as the writer process saves
+        try:
+            theirs = save_payload(str(tmp_path / f"thread-{i}.pt.zst"), packed, "zstd")
+        finally:
+            torch.serialization.set_crc32_options(True)
+        assert ours.read_bytes() == (tmp_path / f"thread-{i}.pt.zst").read_bytes()
+        assert {**stored, "file": None} == {**theirs, "file": None}
+        assert described == describe_packed(packed)
+        assert described["num_tokens"] == 4 * 2 * n
+
+
+def test_its_errors_come_back_with_their_errno_and_it_serves_on(
+    tmp_path, writer_process
+):
+    (tmp_path / "a-dir").mkdir()
+    packed = pack(batch(8))
+    with pytest.raises(IsADirectoryError) as e:  # the rename into place fails
+        writer_process.store(str(tmp_path / "a-dir"), packed, "zstd", 1, False)
+    assert e.value.errno == errno.EISDIR
+    assert os.listdir(tmp_path / "a-dir") == [] and len(os.listdir(tmp_path)) == 1
+    stored, _ = writer_process.store(str(tmp_path / "x.pt"), packed, "zstd", 1, False)
+    assert stored["bytes"] == (tmp_path / "x.pt").stat().st_size
+
+
+PARENT = """
+import sys, time, torch
+from areal_debug.packed_payload import pack
+from areal_debug.payload_process import PayloadProcess
+p = PayloadProcess()
+p.store(sys.argv[1], pack([{"x": torch.arange(10)}]), "zstd", 1, False)
+print(p._proc.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_it_ends_when_the_training_process_is_killed(tmp_path):
+    parent = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(PARENT), str(tmp_path / "x.pt")],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    try:
+        child = int(parent.stdout.readline())
+        parent.kill()
+        parent.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(child), "the writer process outlived its parent"
+    finally:
+        parent.kill()
+        parent.wait()
+        parent.stdout.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def manifest() -> dict:
+    sys.path.insert(0, TESTS)
+    from test_store import manifest as store_manifest
+
+    return store_manifest()
+
+
+def test_a_writer_process_that_cannot_start_leaves_the_writer_thread_to_store(
+    tmp_path, monkeypatch
+):
+    process = PayloadProcess()
+    monkeypatch.setattr(payload_process, "shared", lambda: process)
+    monkeypatch.setattr(payload_process, "child_initializer", ("no_such_module:f", []))
+    path = str(tmp_path)
+    write_manifest(path, manifest())
+    w = RecordingWriter(path, shard=0, num_shards=1, steps_per_epoch=10)
+    w.submit_batch(0, batch(8))
+    w.close()
+    process.close()
+    assert w._payloads is None  # fell back, once
+    assert RecordingReader(path).available_steps() == [0]
+
+
+def test_a_writer_process_killed_mid_run_stops_the_recording_not_training(
+    tmp_path, monkeypatch
+):
+    process = PayloadProcess()
+    monkeypatch.setattr(payload_process, "shared", lambda: process)
+    path = str(tmp_path)
+    write_manifest(path, manifest())
+    w = RecordingWriter(path, shard=0, num_shards=1, steps_per_epoch=10)
+    w.submit_batch(0, batch(8))
+    w.flush()
+    os.kill(process._proc.pid, signal.SIGKILL)
+    w.submit_batch(1, batch(8))  # training goes on submitting
+    w.flush()
+    w.submit_batch(2, batch(8))
+    w.close()
+    process.close()
+    reader = RecordingReader(path)
+    assert reader.available_steps() == [0]
+    (stop,) = reader.stopped()
+    assert stop["step"] == 1 and "writer process exited" in stop["error"]
+    assert isinstance(w.stopped[1], RecordingError)
