@@ -12,6 +12,7 @@ from areal.api.cli_args import GRPOConfig, PPOConfig
 from areal_debug.anomaly import parse_threshold
 from areal_debug.retention import parse_steps
 from areal_debug.stage_digest import TOKEN_STAGES
+from areal_debug.store_format import DEFAULT_ZSTD_LEVEL, ZSTD_LEVELS
 
 # Directory name of a recording under <fileroot>/<experiment>/<trial>/. Chosen so
 # it cannot be mistaken for AReaL's own `rollout.dump_to_file` JSONL output,
@@ -81,11 +82,13 @@ class DebugConfig:
         },
     )
     compression_level: int = field(
-        default=1,
+        default=DEFAULT_ZSTD_LEVEL,
         metadata={
-            "help": "Dump mode: zstd level (1-22). Level 1 was chosen by measurement "
-            "on a padded RLVR batch (benchmarks/compression.py): levels 3-10 save "
-            "only 3-7% more space, at 1.1-6x the CPU time of the writer."
+            "help": "Dump mode: zstd level, -7 to 22 except 0 (negative: zstd's fast "
+            "levels). Level 1 was chosen by measurement (benchmarks/compression.py): "
+            "on a padded RLVR batch -1 is no faster and stores ~10% more (it is ~3x "
+            "faster on token ids with no redundancy); levels 3-10 save only 3-7% "
+            "more space, at 1.1-6x the CPU time of the writer."
         },
     )
     record_steps: str | None = field(
@@ -272,10 +275,11 @@ class DebugConfig:
                 f"debug.compression={self.compression!r} is not one of "
                 "['zstd', 'none']."
             )
-        if not 1 <= self.compression_level <= 22:
+        low, high = ZSTD_LEVELS
+        if not low <= self.compression_level <= high or self.compression_level == 0:
             raise ValueError(
-                "debug.compression_level must be between 1 and 22 (zstd levels), "
-                f"got {self.compression_level}."
+                f"debug.compression_level must be a zstd level from {low} to {high} "
+                f"other than 0, got {self.compression_level}."
             )
         if self.record_every < 1:
             raise ValueError(

@@ -106,8 +106,9 @@ class _Arena:
 
 
 class WriterProcessUnavailable(RecordingError):
-    """The writer process ended before it stored anything: it could not start
-    here (the writer thread stores payloads instead)."""
+    """The writer process cannot be used here: it ended before it stored
+    anything, or no shared memory could be had for a payload (the writer thread
+    stores payloads instead)."""
 
 
 class PayloadProcess:
@@ -122,10 +123,13 @@ class PayloadProcess:
         # Payloads the current process stored: one that dies before any could
         # not start (unavailable), one that dies later was killed.
         self._served = 0
+        self._label = ""
 
-    def start(self) -> None:
-        """Start the writer process (it imports torch while training starts)."""
+    def start(self, recording: str = "") -> None:
+        """Start the writer process (it imports torch while training starts).
+        ``recording`` only names it in the process table."""
         with self._lock:
+            self._label = recording
             self._start()
 
     def _start(self) -> None:
@@ -136,6 +140,8 @@ class PayloadProcess:
         ours, theirs = socket.socketpair()
         argv = [sys.executable, "-m", "areal_debug.payload_process"]
         argv += [str(theirs.fileno()), json.dumps(child_initializer)]
+        if self._label:
+            argv.append(f"--recording={self._label}")  # what ps shows it is for
         try:
             self._proc = subprocess.Popen(
                 argv,
@@ -167,7 +173,13 @@ class PayloadProcess:
                 if self._arena is not None:
                     self._arena.close()
                     self._arena = None
-                self._arena = _Arena(max(offset, ALIGN))
+                try:
+                    self._arena = _Arena(max(offset, ALIGN))
+                except OSError as e:
+                    raise WriterProcessUnavailable(
+                        f"could not take {offset / 2**20:.0f} MiB of shared memory "
+                        f"for a payload: {e!r}"
+                    ) from e
             for t, (_, at, _) in zip(laid_out, layout, strict=True):
                 n = t.numel() * t.element_size()
                 self._arena.bytes[at : at + n].view(t.dtype).copy_(t.reshape(-1))

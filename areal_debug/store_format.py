@@ -38,6 +38,11 @@ import zstandard
 FORMAT_VERSION = 2
 SUPPORTED_FORMAT_VERSIONS = (1, 2)
 CODECS = ("zstd", "none")
+# zstd levels a dump may use: its fast levels (negative) and 1-22 (0 is not a level
+# of its own: zstd reads it as 3). The default was chosen by measurement
+# (benchmarks/compression.py, benchmarks/dump_overhead.py).
+ZSTD_LEVELS = (-7, 22)
+DEFAULT_ZSTD_LEVEL = 1
 MANIFEST = "manifest.json"
 STEP_META = "step.json"
 STATS = "stats.json"

@@ -37,6 +37,7 @@ from areal_debug.snapshot import (
 )
 from areal_debug.store_format import (
     ANOMALY,
+    DEFAULT_ZSTD_LEVEL,
     FORMAT_VERSION,
     KEPT,
     MANIFEST,
@@ -134,7 +135,7 @@ class RecordingWriter:
         clone_tensors: bool = True,
         records_teacher: bool = False,
         compression: str = "zstd",
-        compression_level: int = 1,
+        compression_level: int = DEFAULT_ZSTD_LEVEL,
         fatal_errors: bool = False,
         retention_policy: retention.RetentionPolicy | None = None,
         writer_process: bool = True,
@@ -171,7 +172,7 @@ class RecordingWriter:
     def _start_writer_process(self) -> payload_process.PayloadProcess | None:
         try:
             process = payload_process.shared()
-            process.start()  # it imports torch while training starts
+            process.start(self.path)  # it imports torch while training starts
             return process
         except Exception as e:  # noqa: BLE001 - the thread can store instead
             self._no_writer_process(e)
@@ -181,7 +182,7 @@ class RecordingWriter:
         logger.warning(
             f"areal-debug could not use its writer process ({error!r}); payloads "
             "are stored on the writer thread instead, which may slow a Python-heavy "
-            "training loop. Set debug.writer_process=false to say so."
+            "training loop. Set debug.writer_process=false to silence this."
         )
 
     # -- training thread -----------------------------------------------------

@@ -28,10 +28,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from figures import figure  # noqa: E402
 from rlvr_batch import padded_rlvr_batch  # noqa: E402
 
+from areal_debug.store_format import DEFAULT_ZSTD_LEVEL  # noqa: E402
 from areal_debug.store_reader import RecordingReader  # noqa: E402
 from areal_debug.store_writer import RecordingWriter, write_manifest  # noqa: E402
 
-LEVELS = (1, 3, 6, 10)
+LEVELS = (-3, -1, 1, 3, 6, 10)
 
 
 def stored(batch, root: str, codec: str, level: int) -> tuple[int, bool]:
@@ -96,7 +97,7 @@ def main(argv=None) -> int:
                 f"compresses {speed:.0f} MiB/s, bitwise round trip {same}"
             )
         none_bytes, none_same = stored(batch, root, "none", 1)
-    ratio, _, same = results[1]
+    ratio, _, same = results[DEFAULT_ZSTD_LEVEL]  # what a dump uses by default
     print(figure("stored_bytes_vs_torch_save", ratio, "<=", 0.2))
     print(figure("lossless_round_trip", float(same and none_same), ">=", 1.0))
     print(

@@ -143,6 +143,7 @@ def test_explicit_path_and_trial_name_are_kept(yaml_without_debug, tmp_path):
         ("verify_rtol", -1.0),
         ("compression", "gzip"),
         ("compression_level", 0),
+        ("compression_level", 23),
     ],
 )
 def test_invalid_values_name_the_key(key, value):
