@@ -23,6 +23,7 @@ back contiguous).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -41,13 +42,52 @@ def _walk(value: Any, leaves: list) -> Any:
     return None if isinstance(value, torch.Tensor) else value
 
 
-def pack(value: Any) -> dict[str, Any]:
-    """The packed form of ``value`` (a batch, or any container of tensors).
+@dataclass
+class PackPlan:
+    """Where ``pack`` puts each tensor of a value, read off before anything is
+    copied: what the writer process needs to read the tensors out of the
+    training process's memory itself (``payload_process``)."""
 
-    One ``flatten_dense_tensors`` call per dtype: the writer thread takes the
-    GIL back a handful of times per step, not once per tensor (each time it
-    may wait a whole switch interval behind a busy training thread).
-    """
+    template: Any
+    tensor_leaves: list[int]
+    table: list[list[int]]
+    dtypes: list[str]
+    # The tensors of each dtype code, in buffer order; dropped (None) where the
+    # plan crosses to the writer process.
+    groups: list[list[torch.Tensor]] | None
+
+    def numels(self) -> list[int]:
+        """Elements of each dtype's buffer."""
+        ends = [0] * len(self.dtypes)
+        for code, offset, ndim, *dims in self.table:
+            ends[code] = max(ends[code], offset + _numel(dims[:ndim]))
+        return ends
+
+    def packed(self, buffers: list[torch.Tensor]) -> dict[str, Any]:
+        """The packed form, given each dtype's buffer filled as planned."""
+        width = len(self.table[0]) if self.table else 3
+        return {
+            "packed": PACKED_LAYOUT,
+            "template": self.template,
+            "tensor_leaves": torch.tensor(self.tensor_leaves, dtype=torch.int64),
+            "table": torch.tensor(self.table, dtype=torch.int64).reshape(
+                len(self.table), width
+            ),
+            "dtypes": list(self.dtypes),
+            "buffers": buffers,
+        }
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def plan(value: Any) -> PackPlan:
+    """Read off where ``pack`` puts each tensor of ``value``: pure Python, no
+    tensor operation (each would give the GIL up and wait to take it back)."""
     leaves: list = []
     template = _walk(value, leaves)
     codes: dict[torch.dtype, int] = {}
@@ -67,16 +107,21 @@ def pack(value: Any) -> dict[str, Any]:
         offsets[code] += leaf.numel()
     width = 3 + max((len(r) - 3 for r in rows), default=0)
     table = [r + [0] * (width - len(r)) for r in rows]
+    dtypes = [str(d).removeprefix("torch.") for d in codes]
+    return PackPlan(template, where, table, dtypes, groups)
+
+
+def pack(value: Any) -> dict[str, Any]:
+    """The packed form of ``value`` (a batch, or any container of tensors).
+
+    One ``flatten_dense_tensors`` call per dtype: the writer thread takes the
+    GIL back a handful of times per step, not once per tensor (each time it
+    may wait a whole switch interval behind a busy training thread).
+    """
+    p = plan(value)
     with torch.no_grad():
-        buffers = [torch._C._nn.flatten_dense_tensors(g) for g in groups]
-    return {
-        "packed": PACKED_LAYOUT,
-        "template": template,
-        "tensor_leaves": torch.tensor(where, dtype=torch.int64),
-        "table": torch.tensor(table, dtype=torch.int64).reshape(len(rows), width),
-        "dtypes": [str(d).removeprefix("torch.") for d in codes],
-        "buffers": buffers,
-    }
+        buffers = [torch._C._nn.flatten_dense_tensors(g) for g in p.groups]
+    return p.packed(buffers)
 
 
 def is_packed(value: Any) -> bool:
@@ -99,9 +144,7 @@ def unpack(packed: dict[str, Any], copy: bool = True) -> Any:
     ):
         code, offset, ndim = row[0], row[1], row[2]
         shape = row[3 : 3 + ndim]
-        n = 1
-        for d in shape:
-            n *= d
+        n = _numel(shape)
         if not (
             0 <= code < len(buffers)
             and len(shape) == ndim

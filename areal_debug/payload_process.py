@@ -23,6 +23,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
+import dataclasses
+import errno
 import json
 import mmap
 import os
@@ -38,7 +41,7 @@ from typing import Any
 
 import torch
 
-from areal_debug.packed_payload import unpack
+from areal_debug.packed_payload import PackPlan, unpack
 from areal_debug.store_format import (
     PayloadSink,
     RecordingError,
@@ -82,6 +85,15 @@ def _aligned(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
+def _dense(t: torch.Tensor) -> torch.Tensor:
+    """``t`` if its memory holds its values in order, else such a copy. Tensor
+    getters only, no tensor operation (each would give up the GIL), except for
+    the rare tensor that needs the copy."""
+    if t.is_contiguous() and (t._base is None or not (t.is_conj() or t.is_neg())):
+        return t
+    return t.resolve_conj().resolve_neg().contiguous()
+
+
 class _Arena:
     """Shared memory the writer process maps too: a memfd (no name, so nothing
     is left behind by a crash; not bounded by the size of /dev/shm)."""
@@ -111,8 +123,21 @@ class WriterProcessUnavailable(RecordingError):
     stores payloads instead)."""
 
 
+class MemoryNotReadable(RecordingError):
+    """The writer process may not read the training process's memory here (a
+    ptrace policy, a sandbox): payloads go through shared memory instead."""
+
+
 class PayloadProcess:
-    """The training process's side: start the writer process, hand it payloads."""
+    """The training process's side: start the writer process, hand it payloads.
+
+    A payload goes across one of two ways. ``store_plan``: only where each
+    tensor lies (``packed_payload.PackPlan``); the writer process reads the
+    tensors out of this process's memory itself (``process_vm_readv``), so this
+    process copies nothing and its writer thread takes the GIL back a handful
+    of times per payload. ``store``: a packed payload copied into shared
+    memory, where reading another process's memory is not allowed.
+    """
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -124,6 +149,8 @@ class PayloadProcess:
         # not start (unavailable), one that dies later was killed.
         self._served = 0
         self._label = ""
+        # Until the writer process says it may not read this process's memory.
+        self.reads_memory = True
 
     def start(self, recording: str = "") -> None:
         """Start the writer process (it imports torch while training starts).
@@ -155,10 +182,34 @@ class PayloadProcess:
         self._sock = ours
         self._conn = Connection(os.dup(ours.fileno()))
 
+    def store_plan(
+        self, path: str, plan: PackPlan, codec: str, level: int, describe: bool
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """Store the payload ``plan`` lays out, read by the writer process from
+        this process's memory; ``MemoryNotReadable`` if it may not."""
+        # The tensors stay referenced (and so in place) until the reply.
+        dense = [[_dense(t) for t in group] for group in plan.groups]
+        request = {
+            "path": path,
+            "codec": codec,
+            "level": level,
+            "describe": describe,
+            "plan": dataclasses.replace(plan, groups=None),
+            "spans": [[(t.data_ptr(), t.nbytes) for t in group] for group in dense],
+        }
+        with self._lock:
+            self._start()
+            reply = self._request(path, request)
+        if reply[0] == "unreadable":
+            self.reads_memory = False
+            raise MemoryNotReadable(reply[1])
+        return self._result(reply)
+
     def store(
         self, path: str, packed: dict[str, Any], codec: str, level: int, describe: bool
     ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        """``store_packed`` in the writer process; its errors raised here."""
+        """``store_packed`` in the writer process, through shared memory; its
+        errors raised here."""
         with self._lock:
             self._start()
             tensors = {k: v for k, v in packed.items() if isinstance(v, torch.Tensor)}
@@ -199,15 +250,24 @@ class PayloadProcess:
                 "buffers": layout[len(tensors) :],
                 "arena": self._arena.size if new_arena else None,
             }
-            try:
-                # Plain pickle: the request holds no tensor (those are in the arena).
-                self._conn.send_bytes(pickle.dumps(request))
-                if new_arena:
-                    socket.send_fds(self._sock, [b"F"], [self._arena.fd])
-                reply = pickle.loads(self._conn.recv_bytes())
-            except (EOFError, OSError) as e:
-                raise self._died(path) from e
-            self._served += 1
+            reply = self._request(path, request, self._arena.fd if new_arena else None)
+        return self._result(reply)
+
+    def _request(self, path: str, request: dict, fd: int | None = None) -> tuple:
+        """Send ``request`` (and ``fd``), wait for the reply with the GIL released."""
+        try:
+            # Plain pickle: the request holds no tensor.
+            self._conn.send_bytes(pickle.dumps(request))
+            if fd is not None:
+                socket.send_fds(self._sock, [b"F"], [fd])
+            reply = pickle.loads(self._conn.recv_bytes())
+        except (EOFError, OSError) as e:
+            raise self._died(path) from e
+        self._served += 1
+        return reply
+
+    @staticmethod
+    def _result(reply: tuple) -> tuple[dict[str, Any], dict[str, Any] | None]:
         if reply[0] == "ok":
             return reply[1], reply[2]
         raise _error_from(reply[1])
@@ -313,7 +373,7 @@ def _serve(fd: int) -> int:
     torch.serialization.set_crc32_options(False)
     sock = socket.socket(fileno=fd)
     conn = Connection(os.dup(fd))
-    arena: mmap.mmap | None = None
+    memory = _Memory(sock, parent)
     describer = ThreadPoolExecutor(1, thread_name_prefix="describe")
     while True:
         try:
@@ -323,13 +383,11 @@ def _serve(fd: int) -> int:
         if request is None:
             return 0
         try:
-            if request["arena"]:
-                _, fds, _, _ = socket.recv_fds(sock, 1, 1)
-                if arena is not None:
-                    arena.close()
-                arena = mmap.mmap(fds[0], request["arena"])
-                os.close(fds[0])
-            reply = ("ok", *_store(request, arena, check, describer))
+            # The payload's tensors live only in this call: the memory they
+            # view can be remapped for the next one.
+            reply = ("ok", *_store(request, memory.payload(request), check, describer))
+        except MemoryNotReadable as e:
+            reply = ("unreadable", str(e))
         except ParentGone:
             return 0
         except BaseException as e:  # noqa: BLE001 - every error goes back
@@ -338,6 +396,53 @@ def _serve(fd: int) -> int:
             conn.send_bytes(pickle.dumps(reply))
         except OSError:
             return 0
+
+
+class _Memory:
+    """Where the writer process finds a payload's buffers: the arena it shares
+    with the training process, or its own scratch memory, read into from the
+    training process's (both kept and regrown across payloads: fresh memory
+    costs a page fault per 4 KiB)."""
+
+    def __init__(self, sock: socket.socket, parent: int):
+        self.sock = sock
+        self.parent = parent
+        self.arena: mmap.mmap | None = None
+        self.scratch: mmap.mmap | None = None
+
+    def payload(self, request: dict) -> dict[str, Any]:
+        """The request's packed payload, over this memory."""
+        if "plan" in request:
+            return self._read(request["plan"], request["spans"])
+        if request["arena"]:
+            _, fds, _, _ = socket.recv_fds(self.sock, 1, 1)
+            if self.arena is not None:
+                self.arena.close()
+            self.arena = mmap.mmap(fds[0], request["arena"])
+            os.close(fds[0])
+        packed = dict(request["packed"])
+        for k, spec in request["tensors"].items():
+            packed[k] = _in_arena(self.arena, *spec)
+        packed["buffers"] = [
+            _in_arena(self.arena, *spec) for spec in request["buffers"]
+        ]
+        return packed
+
+    def _read(self, plan: PackPlan, spans: list[list[tuple[int, int]]]):
+        """Each dtype's buffer read out of the training process's memory."""
+        layout, offset = [], 0
+        for dtype, numel in zip(plan.dtypes, plan.numels(), strict=True):
+            layout.append((dtype, offset, [numel]))
+            offset += _aligned(numel * getattr(torch, dtype).itemsize)
+        if self.scratch is None or len(self.scratch) < offset:
+            if self.scratch is not None:
+                self.scratch.close()
+            self.scratch = mmap.mmap(-1, max(offset, ALIGN))
+        buffers = [_in_arena(self.scratch, *spec) for spec in layout]
+        for pieces, buffer in zip(spans, buffers, strict=True):
+            if buffer.numel():
+                read_memory(self.parent, pieces, buffer.data_ptr())
+        return plan.packed(buffers)
 
 
 def _in_arena(arena: mmap.mmap, dtype: str, offset: int, shape: list[int]):
@@ -352,16 +457,62 @@ def _in_arena(arena: mmap.mmap, dtype: str, offset: int, shape: list[int]):
     return torch.frombuffer(arena, dtype=kind, count=n, offset=offset).view(shape)
 
 
+class _IOVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+# process_vm_readv takes at most IOV_MAX pieces of memory per call.
+IOV_MAX = 1024
+# Errors that say the memory may not be read here, not that something broke.
+_NOT_ALLOWED = (errno.EPERM, errno.EACCES, errno.ENOSYS)
+
+
+def _process_vm_readv():
+    libc = ctypes.CDLL(None, use_errno=True)
+    f = libc.process_vm_readv
+    vec = ctypes.POINTER(_IOVec)
+    f.argtypes = [
+        ctypes.c_int,
+        vec,
+        ctypes.c_ulong,
+        vec,
+        ctypes.c_ulong,
+        ctypes.c_ulong,
+    ]
+    f.restype = ctypes.c_ssize_t
+    return f
+
+
+def read_memory(pid: int, spans: list[tuple[int, int]], into: int) -> None:
+    """Copy the pieces ``spans`` ((address, bytes), in order) of process ``pid``'s
+    memory one after another to address ``into`` of this process."""
+    readv = _process_vm_readv()
+    for i in range(0, len(spans), IOV_MAX):
+        part = [(a, n) for a, n in spans[i : i + IOV_MAX] if n]
+        total = sum(n for _, n in part)
+        if not total:
+            continue
+        remote = (_IOVec * len(part))(*part)
+        local = _IOVec(into, total)
+        got = readv(pid, ctypes.byref(local), 1, remote, len(part), 0)
+        if got < 0:
+            code = ctypes.get_errno()
+            if code in _NOT_ALLOWED:
+                raise MemoryNotReadable(
+                    f"process_vm_readv of the training process: {os.strerror(code)}"
+                )
+            raise OSError(code, f"process_vm_readv: {os.strerror(code)}")
+        if got != total:
+            raise OSError(errno.EFAULT, f"process_vm_readv read {got} of {total} bytes")
+        into += total
+
+
 def _store(
     request: dict,
-    arena: mmap.mmap,
+    packed: dict[str, Any],
     check: Callable[[], None],
     describer: ThreadPoolExecutor,
 ):
-    packed = dict(request["packed"])
-    for k, spec in request["tensors"].items():
-        packed[k] = _in_arena(arena, *spec)
-    packed["buffers"] = [_in_arena(arena, *spec) for spec in request["buffers"]]
     described = None
     if request["describe"]:
         # Beside the save, which spends most of its time with the GIL released.
@@ -386,4 +537,8 @@ def _main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))
+    # Served by the module under its own name, not as __main__: what an
+    # initializer patches in ``areal_debug.payload_process`` is what runs.
+    from areal_debug import payload_process
+
+    sys.exit(payload_process._main(sys.argv[1:]))

@@ -87,20 +87,23 @@ def _version(t: torch.Tensor) -> int | None:
 
 
 class PendingCopy:
-    """A batch whose tensors a copier thread is cloning; the versions they had.
+    """A batch whose tensors are being copied; the versions they had.
 
-    ``copied`` is the Future of the copy, in packed form (packed_payload).
-    ``confirm()`` checks the versions once more, later (after the writer has written the step): an in-place change that
+    ``copied`` is the Future of a copier thread's copy, in packed form
+    (packed_payload); None when the writer process reads ``shared`` itself
+    (``payload_process``), which is the copy. ``confirm()`` checks the versions once more, later (after the writer has written the step): an in-place change that
     was still running while the copy was made bumps the counter only when it
     ends, so a change before that point cannot be told apart from one during
     the copy, and the step is refused either way.
     """
 
-    def __init__(self, batch: list[dict[str, Any]], pool: ThreadPoolExecutor):
+    def __init__(self, batch: list[dict[str, Any]], pool: ThreadPoolExecutor | None):
         # One pass on the training thread: containers copied, versions noted.
         self._watched: list = []
-        shared = snapshot_batch(batch, clone_tensors=False, watch=self._watched)
-        self.copied: Future = pool.submit(self._copy, shared)
+        self.shared = snapshot_batch(batch, clone_tensors=False, watch=self._watched)
+        self.copied: Future | None = (
+            pool.submit(self._copy, self.shared) if pool is not None else None
+        )
 
     def _copy(self, shared: list[dict[str, Any]]) -> dict[str, Any]:
         # Packing is the copy (one call per dtype); the writer describes what it
@@ -138,9 +141,15 @@ class Snapshotter:
         self.background = clone_tensors
         self._pool: ThreadPoolExecutor | None = None
 
-    def take(self, batch: list[dict[str, Any]]) -> list[dict[str, Any]] | PendingCopy:
+    def take(
+        self, batch: list[dict[str, Any]], copier: bool = True
+    ) -> list[dict[str, Any]] | PendingCopy:
+        """The recorder's copy of ``batch``; with ``copier=False`` the tensors of
+        a pending copy are left for the writer process to read."""
         if not self.background:
             return snapshot_batch(batch, self.clone_tensors)
+        if not copier:
+            return PendingCopy(batch, None)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="areal-debug-copy")
         return PendingCopy(batch, self._pool)

@@ -22,8 +22,9 @@ from areal.utils import logging
 
 from areal_debug import payload_process, retention
 from areal_debug.manifest import Manifest
-from areal_debug.packed_payload import pack
+from areal_debug.packed_payload import is_packed, pack, plan
 from areal_debug.payload_process import (
+    MemoryNotReadable,
     WriterProcessUnavailable,
     describe_packed,
     save_payload,
@@ -105,6 +106,10 @@ def _write_into_reserve(reserve: str, marker: str, obj: dict) -> bool:
     with contextlib.suppress(OSError):
         os.replace(reserve, marker)
     return True
+
+
+def _packed(value: Any) -> dict[str, Any]:
+    return value if is_packed(value) else pack(value)
 
 
 def epoch_of(global_step: int, steps_per_epoch: int) -> tuple[int, int]:
@@ -192,8 +197,13 @@ class RecordingWriter:
         """Queue a step's batch. A ``Future`` of one (fetched on another thread,
         into fresh tensors) is awaited on the writer thread."""
         if not isinstance(batch, Future):
-            batch = self._snapshots.take(batch)
+            batch = self._snapshots.take(batch, copier=not self._reads_memory())
         self._put(("batch", global_step, batch))
+
+    def _reads_memory(self) -> bool:
+        """Whether the writer process reads payloads out of this process."""
+        payloads = self._payloads  # the writer thread may drop it meanwhile
+        return payloads is not None and payloads.reads_memory
 
     def submit_teacher_logp(
         self, global_step: int, logps: list[torch.Tensor] | Future
@@ -353,7 +363,9 @@ class RecordingWriter:
         pending = payload if isinstance(payload, PendingCopy) else None
         try:
             if pending is not None:
-                payload = pending.copied.result()
+                payload = pending.shared
+                if pending.copied is not None:
+                    payload = pending.copied.result()
             elif isinstance(payload, Future):
                 payload = snapshot_batch(payload.result(), False)
             self._write_shard(step, payload, pending)
@@ -367,29 +379,46 @@ class RecordingWriter:
             )
 
     def _store_payload(
-        self, path: str, packed: dict[str, Any], describe: bool = False
+        self, path: str, value: Any, describe: bool = False
     ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        """Store a packed payload (in the writer process when there is one); with
-        ``describe`` also its shard description."""
+        """Store ``value`` (a batch, or any container of tensors) or its packed
+        form; with ``describe`` also its shard description.
+
+        The writer process reads the tensors out of this process where it may,
+        else gets them packed through shared memory; without a writer process
+        the writer thread stores them itself.
+        """
         if self._payloads is not None:
             try:
+                if self._payloads.reads_memory and not is_packed(value):
+                    try:
+                        return self._payloads.store_plan(
+                            path, plan(value), self.codec, self.level, describe
+                        )
+                    except MemoryNotReadable as e:
+                        logger.info(
+                            f"areal-debug's writer process may not read this "
+                            f"process's memory ({e}); payloads are copied into "
+                            "shared memory for it instead."
+                        )
                 return self._payloads.store(
-                    path, packed, self.codec, self.level, describe
+                    path, _packed(value), self.codec, self.level, describe
                 )
             except WriterProcessUnavailable as e:
                 self._no_writer_process(e)
                 self._payloads = None
+        packed = _packed(value)
         stored = save_payload(path, packed, self.codec, self.level)
         described = describe_packed(packed) if describe else None
         return stored, described
 
     def _write_shard(self, step: int, batch, pending: PendingCopy | None) -> None:
-        """``batch``: the list, or with ``pending`` its packed copy."""
+        """``batch``: the list or its packed copy; ``pending``: its versions to
+        confirm once stored."""
         step_dir = self._step_dir(step)
         name = shard_payload_name(self.shard, self.codec)
         path = os.path.join(step_dir, name)
-        packed = batch if pending is not None else pack(batch)
-        stored, described = self._store_payload(path, packed, describe=True)
+        stored, described = self._store_payload(path, batch, describe=True)
         if pending is not None:
             try:
                 # An in-place change still running during the copy shows now.
@@ -410,7 +439,7 @@ class RecordingWriter:
     def _write_teacher_logp(self, step: int, logps: list[torch.Tensor]) -> None:
         step_dir = self._step_dir(step)
         path = os.path.join(step_dir, teacher_payload_name(self.codec))
-        stored, _ = self._store_payload(path, pack(logps))
+        stored, _ = self._store_payload(path, logps)
         meta = {**stored, "num_trajectories": len(logps)}
         atomic_write_json(os.path.join(step_dir, TEACHER_LOGP_META), meta)
         self._maybe_finish_step(step)

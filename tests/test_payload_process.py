@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from areal_debug import payload_process
-from areal_debug.packed_payload import pack
+from areal_debug.packed_payload import pack, plan, unpack
 from areal_debug.payload_process import PayloadProcess, describe_packed, save_payload
 from areal_debug.store_format import RecordingError
 from areal_debug.store_reader import RecordingReader
@@ -61,6 +61,83 @@ def test_it_stores_the_same_bytes_as_the_writer_thread(tmp_path, writer_process)
         assert {**stored, "file": None} == {**theirs, "file": None}
         assert described == describe_packed(packed)
         assert described["num_tokens"] == 4 * 2 * n
+
+
+def odd_tensors() -> dict:
+    """Tensors whose memory does not hold their values in order."""
+    x = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    return {
+        "strided": x[:, ::2],
+        "transposed": x.t(),
+        "offset": x[1:3],
+        "negative": torch._neg_view(x[0]),
+        "empty": torch.zeros(0, 3),
+    }
+
+
+def test_reading_training_memory_stores_the_same_bytes_as_shared_memory(
+    tmp_path, writer_process
+):
+    # Odd layouts, and more tensors than one process_vm_readv call takes.
+    many = [{"t": torch.full((3,), i, dtype=torch.int32)} for i in range(2500)]
+    for i, value in enumerate([batch(64), [odd_tensors()], many]):
+        shared = tmp_path / f"shared-{i}.pt.zst"
+        read = tmp_path / f"read-{i}.pt.zst"
+        a = writer_process.store(str(shared), pack(value), "zstd", 1, i == 0)
+        b = writer_process.store_plan(str(read), plan(value), "zstd", 1, i == 0)
+        assert read.read_bytes() == shared.read_bytes()
+        assert {**a[0], "file": None} == {**b[0], "file": None} and a[1] == b[1]
+    assert writer_process.reads_memory
+    # Both ways store the values, not the memory under them.
+    (back,) = unpack(pack([odd_tensors()]))
+    for k, v in odd_tensors().items():
+        assert torch.equal(back[k], v), k
+
+
+def forbid_reading_memory() -> None:
+    """Child initializer: process_vm_readv refused, as a ptrace policy would."""
+    import ctypes
+
+    def refused(*args):
+        ctypes.set_errno(errno.EPERM)
+        return -1
+
+    payload_process._process_vm_readv = lambda: refused
+
+
+def test_where_memory_may_not_be_read_payloads_go_through_shared_memory(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("PYTHONPATH", TESTS)
+    monkeypatch.setattr(
+        payload_process,
+        "child_initializer",
+        ("test_payload_process:forbid_reading_memory", []),
+    )
+    process = PayloadProcess()
+    monkeypatch.setattr(payload_process, "shared", lambda: process)
+    path = str(tmp_path)
+    write_manifest(path, manifest())
+    w = RecordingWriter(path, shard=0, num_shards=1, steps_per_epoch=10)
+    try:
+        for step in range(2):
+            w.submit_batch(step, batch(8, seed=step))
+        w.close()
+    finally:
+        process.close()
+    assert w._payloads is process and not process.reads_memory
+    reader = RecordingReader(path)
+    assert reader.available_steps() == [0, 1]
+    for step in range(2):
+        assert_same(reader.load_shard(step, 0), batch(8, seed=step))
+
+
+def assert_same(loaded: list[dict], expected: list[dict]) -> None:
+    assert len(loaded) == len(expected)
+    for a, b in zip(loaded, expected, strict=True):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), k
 
 
 def test_its_errors_come_back_with_their_errno_and_it_serves_on(

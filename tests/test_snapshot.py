@@ -67,12 +67,20 @@ def test_inference_mode_tensors_need_no_version_check():
     assert torch.equal(copy[0]["input_ids"], t["input_ids"])
 
 
+@pytest.mark.parametrize(
+    "writer_process", [True, False], ids=["read-by-writer-process", "copier-thread"]
+)
 def test_writer_skips_a_changed_step_says_so_and_copies_on_the_thread_after(
-    tmp_path,
+    tmp_path, writer_process
 ):
     path = str(tmp_path / "rec")
     write_manifest(path, manifest())
-    writer = RecordingWriter(path, shard=0, num_shards=1, steps_per_epoch=10)
+    writer = RecordingWriter(
+        path, shard=0, num_shards=1, steps_per_epoch=10, writer_process=writer_process
+    )
+    # The writer process reads the batch itself (no copier thread); without it
+    # a copier thread copies, held here until the change is made.
+    assert writer._reads_memory() == writer_process
     pool, release = held_pool()
     writer._snapshots._pool = pool
     records = []
