@@ -52,6 +52,9 @@ from areal_debug.store_format import (
 # Offsets in shared memory are aligned so every dtype can view its buffer.
 ALIGN = 64
 
+# The writer process's niceness (19: the lowest priority).
+WRITER_NICE = 19
+
 # (``"module:function"``, JSON arguments) the writer process calls before it
 # serves: how a harness installs what it needs there (reliability's kill points).
 child_initializer: tuple[str, list] | None = None
@@ -181,6 +184,7 @@ class PayloadProcess:
             theirs.close()
         self._sock = ours
         self._conn = Connection(os.dup(ours.fileno()))
+        _allow_reading_by(self._proc.pid)
 
     def store_plan(
         self, path: str, plan: PackPlan, codec: str, level: int, describe: bool
@@ -307,6 +311,25 @@ class PayloadProcess:
         if self._arena is not None:
             self._arena.close()
             self._arena = None
+
+
+PR_SET_PTRACER = 0x59616D61
+YAMA_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"
+
+
+def _allow_reading_by(pid: int) -> None:
+    """Where Yama restricts ptrace to ancestors (``ptrace_scope`` 1, Ubuntu's
+    default), name the writer process as the one process that may read this
+    one's memory. Elsewhere nothing is needed; where it fails, the writer
+    process says so and payloads go through shared memory."""
+    try:
+        with open(YAMA_SCOPE) as f:
+            if f.read().strip() != "1":
+                return
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PTRACER, ctypes.c_ulong(pid), 0, 0, 0)
+    except OSError:
+        pass
 
 
 def _path() -> str:
@@ -528,6 +551,10 @@ def _store(
 
 def _main(argv: list[str]) -> int:
     fd, initializer = int(argv[0]), json.loads(argv[1])
+    # The lowest CPU priority: it takes the cycles training leaves idle, not a
+    # core a training thread (or its data loading) is waiting for.
+    with contextlib.suppress(OSError):
+        os.nice(WRITER_NICE)
     if initializer:
         import importlib
 
