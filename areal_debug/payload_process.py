@@ -66,12 +66,14 @@ def save_payload(
     codec: str = "none",
     level: int = 1,
     check: Callable[[], None] | None = None,
+    threads: int = 0,
 ) -> dict[str, Any]:
     """torch.save ``obj`` through ``codec`` into ``path`` atomically; return the
     metadata a reader needs (file, codec, sizes, sha256). ``check`` runs between
-    chunks and before the rename, and may raise to abandon the file."""
+    chunks and before the rename, and may raise to abandon the file;
+    ``threads``: zstd's own worker threads."""
     with atomic_file(path) as f:
-        sink = PayloadSink(f, codec, level, check)
+        sink = PayloadSink(f, codec, level, check, threads)
         torch.save(obj, sink)
         stored = sink.finish()
         if check is not None:
@@ -187,7 +189,13 @@ class PayloadProcess:
         _allow_reading_by(self._proc.pid)
 
     def store_plan(
-        self, path: str, plan: PackPlan, codec: str, level: int, describe: bool
+        self,
+        path: str,
+        plan: PackPlan,
+        codec: str,
+        level: int,
+        describe: bool,
+        threads: int = 0,
     ) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """Store the payload ``plan`` lays out, read by the writer process from
         this process's memory; ``MemoryNotReadable`` if it may not."""
@@ -197,6 +205,7 @@ class PayloadProcess:
             "path": path,
             "codec": codec,
             "level": level,
+            "threads": threads,
             "describe": describe,
             "plan": dataclasses.replace(plan, groups=None),
             "spans": [[(t.data_ptr(), t.nbytes) for t in group] for group in dense],
@@ -210,7 +219,13 @@ class PayloadProcess:
         return self._result(reply)
 
     def store(
-        self, path: str, packed: dict[str, Any], codec: str, level: int, describe: bool
+        self,
+        path: str,
+        packed: dict[str, Any],
+        codec: str,
+        level: int,
+        describe: bool,
+        threads: int = 0,
     ) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """``store_packed`` in the writer process, through shared memory; its
         errors raised here."""
@@ -248,6 +263,7 @@ class PayloadProcess:
                 "path": path,
                 "codec": codec,
                 "level": level,
+                "threads": threads,
                 "describe": describe,
                 "packed": plain,
                 "tensors": dict(zip(tensors, layout, strict=False)),
@@ -542,7 +558,12 @@ def _store(
         described = describer.submit(describe_packed, packed)
     try:
         stored = save_payload(
-            request["path"], packed, request["codec"], request["level"], check
+            request["path"],
+            packed,
+            request["codec"],
+            request["level"],
+            check,
+            request["threads"],
         )
     finally:
         described = described.result() if described is not None else None

@@ -39,6 +39,7 @@ from areal_debug.snapshot import (
 from areal_debug.store_format import (
     ANOMALY,
     DEFAULT_ZSTD_LEVEL,
+    DEFAULT_ZSTD_THREADS,
     FORMAT_VERSION,
     KEPT,
     MANIFEST,
@@ -141,6 +142,7 @@ class RecordingWriter:
         records_teacher: bool = False,
         compression: str = "zstd",
         compression_level: int = DEFAULT_ZSTD_LEVEL,
+        compression_threads: int = DEFAULT_ZSTD_THREADS,
         fatal_errors: bool = False,
         retention_policy: retention.RetentionPolicy | None = None,
         writer_process: bool = True,
@@ -154,6 +156,7 @@ class RecordingWriter:
         self.stopped: tuple[int, BaseException] | None = None
         self.codec = compression
         self.level = compression_level
+        self.threads = compression_threads
         # A step is complete only with the teacher's log-probs too.
         self.records_teacher = records_teacher
         self.shard = shard
@@ -393,7 +396,12 @@ class RecordingWriter:
                 if self._payloads.reads_memory and not is_packed(value):
                     try:
                         return self._payloads.store_plan(
-                            path, plan(value), self.codec, self.level, describe
+                            path,
+                            plan(value),
+                            self.codec,
+                            self.level,
+                            describe,
+                            self.threads,
                         )
                     except MemoryNotReadable as e:
                         logger.info(
@@ -402,13 +410,18 @@ class RecordingWriter:
                             "shared memory for it instead."
                         )
                 return self._payloads.store(
-                    path, _packed(value), self.codec, self.level, describe
+                    path,
+                    _packed(value),
+                    self.codec,
+                    self.level,
+                    describe,
+                    self.threads,
                 )
             except WriterProcessUnavailable as e:
                 self._no_writer_process(e)
                 self._payloads = None
         packed = _packed(value)
-        stored = save_payload(path, packed, self.codec, self.level)
+        stored = save_payload(path, packed, self.codec, self.level, None, self.threads)
         described = describe_packed(packed) if describe else None
         return stored, described
 

@@ -144,6 +144,7 @@ def test_explicit_path_and_trial_name_are_kept(yaml_without_debug, tmp_path):
         ("compression", "gzip"),
         ("compression_level", 0),
         ("compression_level", 23),
+        ("compression_threads", -1),
     ],
 )
 def test_invalid_values_name_the_key(key, value):

@@ -80,11 +80,15 @@ def test_reading_training_memory_stores_the_same_bytes_as_shared_memory(
 ):
     # Odd layouts, and more tensors than one process_vm_readv call takes.
     many = [{"t": torch.full((3,), i, dtype=torch.int32)} for i in range(2500)]
+    # zstd's worker threads (the default) or none.
     for i, value in enumerate([batch(64), [odd_tensors()], many]):
         shared = tmp_path / f"shared-{i}.pt.zst"
         read = tmp_path / f"read-{i}.pt.zst"
-        a = writer_process.store(str(shared), pack(value), "zstd", 1, i == 0)
-        b = writer_process.store_plan(str(read), plan(value), "zstd", 1, i == 0)
+        threads = 2 * (i % 2)
+        a = writer_process.store(str(shared), pack(value), "zstd", 1, i == 0, threads)
+        b = writer_process.store_plan(
+            str(read), plan(value), "zstd", 1, i == 0, threads
+        )
         assert read.read_bytes() == shared.read_bytes()
         assert {**a[0], "file": None} == {**b[0], "file": None} and a[1] == b[1]
     assert writer_process.reads_memory

@@ -144,6 +144,7 @@ class DumpMode(ActiveMode):
                 records_teacher=self.records_teacher,
                 compression=self.debug.compression,
                 compression_level=self.debug.compression_level,
+                compression_threads=self.debug.compression_threads,
                 writer_process=self.debug.writer_process,
                 fatal_errors=self.debug.fail_on_write_error,
                 retention_policy=(
