@@ -152,7 +152,7 @@ def python_chunk(n: int = 2000, cpu: list | None = None) -> float:
 
 def loop_slowdown(
     path: str, batch, steps: int, clone: bool, writer_process: bool = True
-) -> tuple[float, float, float, float]:
+) -> tuple[float, float, float, float, float]:
     """How much slower the Python chunks run while the writer is busy with a
     step than in the idle window just before it: the median over steps of the
     per-step ratio minus 1 (idle and busy windows alternate, so each pair sees
@@ -160,7 +160,7 @@ def loop_slowdown(
     moved by the few windows they hit). Also: the same ratio pooled over all
     steps; the part of it the loop spent not running (waiting for the GIL or a
     core: wall minus thread CPU time); the writer's time per step beside that
-    loop (the other side of the GIL)."""
+    loop (the other side of the GIL); the loop time lost per step."""
     writer = new_writer(path, steps + 1, clone, writer_process)
     writer.submit_batch(0, batch)  # the writer process is up before measuring
     writer.flush()
@@ -187,7 +187,8 @@ def loop_slowdown(
     alone_mean = statistics.fmean(alone)
     waiting = (sum(busy) - sum(busy_cpu)) / len(busy) / alone_mean
     pooled = statistics.fmean(busy) / alone_mean - 1.0
-    return statistics.median(ratios), pooled, waiting, busy_time / steps
+    lost = (sum(busy) - len(busy) * alone_mean) / steps
+    return statistics.median(ratios), pooled, waiting, busy_time / steps, lost
 
 
 def main(argv=None) -> int:
@@ -234,10 +235,11 @@ def main(argv=None) -> int:
     # The slower of the two paths (the cpu one also copies).
     ratio = min(r for _, _, r in dumps.values())
     print(figure("background_write_throughput_vs_raw_disk", ratio, ">=", 1.0))
-    for name, (slowdown, pooled, waiting, per_step) in slowdowns.items():
+    for name, (slowdown, pooled, waiting, per_step, lost) in slowdowns.items():
         print(
             f"# [{name}] beside the Python loop the writer took {per_step * 1e3:.0f} "
-            f"ms per step ({dumps[name][1] * 1e3:.0f} ms alone); pooled over all "
+            f"ms per step ({dumps[name][1] * 1e3:.0f} ms alone), the loop losing "
+            f"{lost * 1e3:.1f} ms of its time per step; pooled over all "
             f"steps the loop ran {pooled:.3f} slower, of which {waiting:.3f} was "
             "time it did not run (waiting for the GIL or a core), the rest its "
             "own code running slower beside the writer process (shared caches, "
