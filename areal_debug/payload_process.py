@@ -202,11 +202,7 @@ class PayloadProcess:
         # The tensors stay referenced (and so in place) until the reply.
         dense = [[_dense(t) for t in group] for group in plan.groups]
         request = {
-            "path": path,
-            "codec": codec,
-            "level": level,
-            "threads": threads,
-            "describe": describe,
+            **_header(path, codec, level, threads, describe),
             "plan": dataclasses.replace(plan, groups=None),
             "spans": [[(t.data_ptr(), t.nbytes) for t in group] for group in dense],
         }
@@ -229,30 +225,10 @@ class PayloadProcess:
     ) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """``store_packed`` in the writer process, through shared memory; its
         errors raised here."""
+        tensors = {k: v for k, v in packed.items() if isinstance(v, torch.Tensor)}
         with self._lock:
             self._start()
-            tensors = {k: v for k, v in packed.items() if isinstance(v, torch.Tensor)}
-            laid_out = [*tensors.values(), *packed["buffers"]]
-            layout, offset = [], 0
-            for t in laid_out:
-                dtype = str(t.dtype).removeprefix("torch.")
-                layout.append((dtype, offset, list(t.shape)))
-                offset += _aligned(t.numel() * t.element_size())
-            new_arena = self._arena is None or self._arena.size < offset
-            if new_arena:
-                if self._arena is not None:
-                    self._arena.close()
-                    self._arena = None
-                try:
-                    self._arena = _Arena(max(offset, ALIGN))
-                except OSError as e:
-                    raise WriterProcessUnavailable(
-                        f"could not take {offset / 2**20:.0f} MiB of shared memory "
-                        f"for a payload: {e!r}"
-                    ) from e
-            for t, (_, at, _) in zip(laid_out, layout, strict=True):
-                n = t.numel() * t.element_size()
-                self._arena.bytes[at : at + n].view(t.dtype).copy_(t.reshape(-1))
+            layout, new_arena = self._copy_in([*tensors.values(), *packed["buffers"]])
             # Tensors travel in the arena; their keys keep their place, so both
             # processes save the same bytes.
             plain = {
@@ -260,11 +236,7 @@ class PayloadProcess:
                 for k, v in packed.items()
             }
             request = {
-                "path": path,
-                "codec": codec,
-                "level": level,
-                "threads": threads,
-                "describe": describe,
+                **_header(path, codec, level, threads, describe),
                 "packed": plain,
                 "tensors": dict(zip(tensors, layout, strict=False)),
                 "buffers": layout[len(tensors) :],
@@ -272,6 +244,31 @@ class PayloadProcess:
             }
             reply = self._request(path, request, self._arena.fd if new_arena else None)
         return self._result(reply)
+
+    def _copy_in(self, tensors: list[torch.Tensor]) -> tuple[list[tuple], bool]:
+        """Copy ``tensors`` into the arena (grown to fit); their (dtype, offset,
+        shape) there, and whether the arena is new (its fd must go across)."""
+        layout, offset = [], 0
+        for t in tensors:
+            dtype = str(t.dtype).removeprefix("torch.")
+            layout.append((dtype, offset, list(t.shape)))
+            offset += _aligned(t.numel() * t.element_size())
+        new_arena = self._arena is None or self._arena.size < offset
+        if new_arena:
+            if self._arena is not None:
+                self._arena.close()
+                self._arena = None
+            try:
+                self._arena = _Arena(max(offset, ALIGN))
+            except OSError as e:
+                raise WriterProcessUnavailable(
+                    f"could not take {offset / 2**20:.0f} MiB of shared memory "
+                    f"for a payload: {e!r}"
+                ) from e
+        for t, (_, at, _) in zip(tensors, layout, strict=True):
+            n = t.numel() * t.element_size()
+            self._arena.bytes[at : at + n].view(t.dtype).copy_(t.reshape(-1))
+        return layout, new_arena
 
     def _request(self, path: str, request: dict, fd: int | None = None) -> tuple:
         """Send ``request`` (and ``fd``), wait for the reply with the GIL released."""
@@ -327,6 +324,20 @@ class PayloadProcess:
         if self._arena is not None:
             self._arena.close()
             self._arena = None
+
+
+def _header(
+    path: str, codec: str, level: int, threads: int, describe: bool
+) -> dict[str, Any]:
+    """What every request says: where to store, how to compress, whether to
+    describe the batch too."""
+    return {
+        "path": path,
+        "codec": codec,
+        "level": level,
+        "threads": threads,
+        "describe": describe,
+    }
 
 
 PR_SET_PTRACER = 0x59616D61
