@@ -91,10 +91,11 @@ class PendingCopy:
 
     ``copied`` is the Future of a copier thread's copy, in packed form
     (packed_payload); None when the writer process reads ``shared`` itself
-    (``payload_process``), which is the copy. ``confirm()`` checks the versions once more, later (after the writer has written the step): an in-place change that
-    was still running while the copy was made bumps the counter only when it
-    ends, so a change before that point cannot be told apart from one during
-    the copy, and the step is refused either way.
+    (``payload_process``), which is the copy. ``confirm()`` checks the versions
+    once more, later (after the writer has written the step): an in-place
+    change that was still running while the copy was made bumps the counter
+    only when it ends, so a change before that point cannot be told apart from
+    one during the copy, and the step is refused either way.
     """
 
     def __init__(self, batch: list[dict[str, Any]], pool: ThreadPoolExecutor | None):
