@@ -60,7 +60,7 @@ class PackPlan:
         """Elements of each dtype's buffer."""
         ends = [0] * len(self.dtypes)
         for code, offset, ndim, *dims in self.table:
-            ends[code] = max(ends[code], offset + _numel(dims[:ndim]))
+            ends[code] = max(ends[code], offset + numel(dims[:ndim]))
         return ends
 
     def packed(self, buffers: list[torch.Tensor]) -> dict[str, Any]:
@@ -78,7 +78,8 @@ class PackPlan:
         }
 
 
-def _numel(shape) -> int:
+def numel(shape) -> int:
+    """Elements of a tensor of ``shape``."""
     n = 1
     for d in shape:
         n *= d
@@ -144,7 +145,7 @@ def unpack(packed: dict[str, Any], copy: bool = True) -> Any:
     ):
         code, offset, ndim = row[0], row[1], row[2]
         shape = row[3 : 3 + ndim]
-        n = _numel(shape)
+        n = numel(shape)
         if not (
             0 <= code < len(buffers)
             and len(shape) == ndim

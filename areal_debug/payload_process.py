@@ -26,6 +26,7 @@ import contextlib
 import ctypes
 import dataclasses
 import errno
+import functools
 import json
 import mmap
 import os
@@ -41,7 +42,7 @@ from typing import Any
 
 import torch
 
-from areal_debug.packed_payload import PackPlan, unpack
+from areal_debug.packed_payload import PackPlan, numel, unpack
 from areal_debug.store_format import (
     PayloadSink,
     RecordingError,
@@ -88,6 +89,18 @@ def describe_packed(packed: dict[str, Any]) -> dict[str, Any]:
 
 def _aligned(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
+
+
+def _lay_out(
+    pieces: list[tuple[str, list[int]]],
+) -> tuple[list[tuple[str, int, list[int]]], int]:
+    """Tensors ((dtype name, shape) each) one after another in memory, each at
+    an aligned offset: their (dtype, offset, shape), and the bytes they span."""
+    layout, offset = [], 0
+    for dtype, shape in pieces:
+        layout.append((dtype, offset, shape))
+        offset += _aligned(numel(shape) * getattr(torch, dtype).itemsize)
+    return layout, offset
 
 
 def _dense(t: torch.Tensor) -> torch.Tensor:
@@ -248,11 +261,9 @@ class PayloadProcess:
     def _copy_in(self, tensors: list[torch.Tensor]) -> tuple[list[tuple], bool]:
         """Copy ``tensors`` into the arena (grown to fit); their (dtype, offset,
         shape) there, and whether the arena is new (its fd must go across)."""
-        layout, offset = [], 0
-        for t in tensors:
-            dtype = str(t.dtype).removeprefix("torch.")
-            layout.append((dtype, offset, list(t.shape)))
-            offset += _aligned(t.numel() * t.element_size())
+        layout, offset = _lay_out(
+            [(str(t.dtype).removeprefix("torch."), list(t.shape)) for t in tensors]
+        )
         new_arena = self._arena is None or self._arena.size < offset
         if new_arena:
             if self._arena is not None:
@@ -480,10 +491,9 @@ class _Memory:
 
     def _read(self, plan: PackPlan, spans: list[list[tuple[int, int]]]):
         """Each dtype's buffer read out of the training process's memory."""
-        layout, offset = [], 0
-        for dtype, numel in zip(plan.dtypes, plan.numels(), strict=True):
-            layout.append((dtype, offset, [numel]))
-            offset += _aligned(numel * getattr(torch, dtype).itemsize)
+        layout, offset = _lay_out(
+            [(dtype, [n]) for dtype, n in zip(plan.dtypes, plan.numels(), strict=True)]
+        )
         if self.scratch is None or len(self.scratch) < offset:
             if self.scratch is not None:
                 self.scratch.close()
@@ -498,9 +508,7 @@ class _Memory:
 def _in_arena(arena: mmap.mmap, dtype: str, offset: int, shape: list[int]):
     """A tensor over its bytes in the arena, not a copy (and not a view of the
     whole arena, which torch.save would store whole)."""
-    n = 1
-    for d in shape:
-        n *= d
+    n = numel(shape)
     kind = getattr(torch, dtype)
     if not n:
         return torch.empty(shape, dtype=kind)
@@ -517,7 +525,9 @@ IOV_MAX = 1024
 _NOT_ALLOWED = (errno.EPERM, errno.EACCES, errno.ENOSYS)
 
 
+@functools.cache
 def _process_vm_readv():
+    """libc's process_vm_readv, typed (bound once per process)."""
     libc = ctypes.CDLL(None, use_errno=True)
     f = libc.process_vm_readv
     vec = ctypes.POINTER(_IOVec)
