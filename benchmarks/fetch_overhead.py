@@ -6,7 +6,7 @@ tensors held by the rollout workers. The dump fetches them (AReaL's own HTTP
 RTensor backend) into fresh tensors. This starts a real AReaL storage node (the
 ``/data`` blueprint of its RPC workers) in another process, stores a realistic
 RLVR batch there (default 128 prompts x 4 samples x 2048 tokens), and prints the
-median, over several steps, of:
+median, over several steps, of (the figure is their ratio):
 
 - a synchronous fetch on the training thread (what the dump would cost if it
   fetched inline);
@@ -34,6 +34,7 @@ from areal.infra.rpc.serialization import serialize_value
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from dump_overhead import rlvr_batch  # noqa: E402
+from figures import figure  # noqa: E402
 
 from areal_debug.rtensor_bridge import BatchFetcher, localized_copy  # noqa: E402
 
@@ -136,20 +137,18 @@ def main():
     sync = statistics.median(inline)
     blocked = statistics.median(handover) + statistics.median(waited)
     print(
-        f"batch: {args.prompts * args.group} sequences x {args.seqlen} tokens, "
+        f"# batch: {args.prompts * args.group} sequences x {args.seqlen} tokens, "
         f"{nbytes / 2**20:.1f} MiB of tensors in {len(remote) * len(remote[0])} "
         f"RTensors, median of {args.steps} steps"
     )
-    print(f"synchronous fetch on the training thread:   {sync * 1e3:8.1f} ms")
+    print(f"# synchronous fetch on the training thread: {sync * 1e3:.1f} ms")
     print(
-        f"with BatchFetcher (step of {args.step_seconds:.1f} s):       "
-        f"{blocked * 1e3:8.2f} ms   ratio {blocked / sync:.3f}"
+        f"# with BatchFetcher (step of {args.step_seconds:.1f} s): "
+        f"{blocked * 1e3:.2f} ms (handing over "
+        f"{statistics.median(handover) * 1e3:.2f} ms, waiting at step end "
+        f"{statistics.median(waited) * 1e3:.2f} ms)"
     )
-    print(
-        f"  (handing over {statistics.median(handover) * 1e3:.2f} ms, waiting at "
-        f"step end {statistics.median(waited) * 1e3:.2f} ms)"
-    )
-    print("target: ratio <= 0.10")
+    print(figure("sc_fetch_blocking_vs_sync_fetch", blocked / sync, "<=", 0.10))
 
 
 if __name__ == "__main__":
