@@ -137,6 +137,16 @@ def time_dump(
     )
 
 
+def runqueue_wait() -> float | None:
+    """Seconds this thread has spent runnable but waiting for a core (the
+    kernel's schedstat); None where the kernel does not keep it."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def python_chunk(n: int = 2000, cpu: list | None = None) -> float:
     """Pure-Python work (dicts, ints, attribute look-ups): holds the GIL throughout.
     Its wall time; its thread's CPU time appended to ``cpu``."""
@@ -152,15 +162,16 @@ def python_chunk(n: int = 2000, cpu: list | None = None) -> float:
 
 def loop_slowdown(
     path: str, batch, steps: int, clone: bool, writer_process: bool = True
-) -> tuple[float, float, float, float, float]:
+) -> tuple[float, float, float, float | None, float, float]:
     """How much slower the Python chunks run while the writer is busy with a
     step than in the idle window just before it: the median over steps of the
     per-step ratio minus 1 (idle and busy windows alternate, so each pair sees
     the same machine; this VM's other tenants come and go, and a median is not
     moved by the few windows they hit). Also: the same ratio pooled over all
     steps; the part of it the loop spent not running (waiting for the GIL or a
-    core: wall minus thread CPU time); the writer's time per step beside that
-    loop (the other side of the GIL); the loop time lost per step."""
+    core: wall minus thread CPU time), and of that the part spent waiting for a
+    core (None where the kernel does not say); the writer's time per step beside
+    that loop (the other side of the GIL); the loop time lost per step."""
     writer = new_writer(path, steps + 1, clone, writer_process)
     writer.submit_batch(0, batch)  # the writer process is up before measuring
     writer.flush()
@@ -169,6 +180,7 @@ def loop_slowdown(
     busy: list[float] = []
     busy_cpu: list[float] = []
     busy_time = 0.0
+    queued: float | None = 0.0
     for i in range(1, steps + 1):
         before, during = len(alone), len(busy)
         t0 = time.perf_counter()
@@ -176,9 +188,12 @@ def loop_slowdown(
             alone.append(python_chunk())
         t0 = time.perf_counter()
         writer.submit_batch(i, batch)
+        q0 = runqueue_wait()
         # unfinished_tasks: jobs queued or being written (Queue's own counter).
         while writer._queue.unfinished_tasks:
             busy.append(python_chunk(cpu=busy_cpu))
+        q1 = runqueue_wait()
+        queued = None if None in (queued, q0, q1) else queued + q1 - q0
         busy_time += time.perf_counter() - t0
         if len(busy) > during:
             idle_mean = statistics.fmean(alone[before:])
@@ -186,9 +201,11 @@ def loop_slowdown(
     writer.close()
     alone_mean = statistics.fmean(alone)
     waiting = (sum(busy) - sum(busy_cpu)) / len(busy) / alone_mean
+    if queued is not None:
+        queued = queued / len(busy) / alone_mean
     pooled = statistics.fmean(busy) / alone_mean - 1.0
     lost = (sum(busy) - len(busy) * alone_mean) / steps
-    return statistics.median(ratios), pooled, waiting, busy_time / steps, lost
+    return statistics.median(ratios), pooled, waiting, queued, busy_time / steps, lost
 
 
 def main(argv=None) -> int:
@@ -235,13 +252,18 @@ def main(argv=None) -> int:
     # The slower of the two paths (the cpu one also copies).
     ratio = min(r for _, _, r in dumps.values())
     print(figure("background_write_throughput_vs_raw_disk", ratio, ">=", 1.0))
-    for name, (slowdown, pooled, waiting, per_step, lost) in slowdowns.items():
+    for name, (slowdown, pooled, waiting, queued, per_step, lost) in slowdowns.items():
+        split = (
+            f" ({queued:.3f} waiting for a core, the rest for the GIL)"
+            if queued is not None
+            else " (waiting for the GIL or a core)"
+        )
         print(
             f"# [{name}] beside the Python loop the writer took {per_step * 1e3:.0f} "
             f"ms per step ({dumps[name][1] * 1e3:.0f} ms alone), the loop losing "
             f"{lost * 1e3:.1f} ms of its time per step; pooled over all "
             f"steps the loop ran {pooled:.3f} slower, of which {waiting:.3f} was "
-            "time it did not run (waiting for the GIL or a core), the rest its "
+            f"time it did not run{split}, the rest its "
             "own code running slower beside the writer process (shared caches, "
             "memory bandwidth, the host)"
         )
@@ -251,7 +273,7 @@ def main(argv=None) -> int:
     print(
         f"# [accelerator] with debug.writer_process=false (payloads stored on the "
         f"writer thread) the same loop is slowed by {on_thread[0]:.3f} (not running: "
-        f"{on_thread[2]:.3f}), the writer taking {on_thread[3] * 1e3:.0f} ms per "
+        f"{on_thread[2]:.3f}), the writer taking {on_thread[4] * 1e3:.0f} ms per "
         "step beside it"
     )
     return 0
