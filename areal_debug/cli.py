@@ -23,7 +23,11 @@ import os
 import sys
 
 from areal_debug.recording_lock import describe
-from areal_debug.store_format import STATS, RecordingError, step_dirname
+from areal_debug.store_format import (
+    STATS,
+    RecordingError,
+    step_dirname,
+)
 from areal_debug.store_reader import RecordingReader, format_ranges
 
 
@@ -60,7 +64,8 @@ def cmd_inspect(args) -> int:
     for stop in reader.stopped():
         print(
             f"stopped     shard {stop.get('shard')} stopped recording at step "
-            f"{stop.get('step')}: {stop.get('error')} ({stop.get('time')})"
+            f"{stop.get('step')}: {stop.get('error')} ({stop.get('time')}); "
+            f"{reader.stop_consequence(stop)}"
         )
     print()
     print(
@@ -109,7 +114,7 @@ def cmd_verify(args) -> int:
         # Not a defect of the recording: what was recorded before is whole.
         print(
             f"NOTE shard {stop.get('shard')} stopped recording at step "
-            f"{stop.get('step')}: {stop.get('error')}"
+            f"{stop.get('step')}: {stop.get('error')}; {reader.stop_consequence(stop)}"
         )
     for p in problems:
         print(f"FAIL {p}")

@@ -133,6 +133,38 @@ def stopped_marker_name(shard: int) -> str:
     return f"stopped-shard-{shard:05d}.json"
 
 
+# What a head was writing when it stopped (a stop marker's "writing"), in words.
+STOPPED_WRITING = {
+    "batch": "its batch",
+    "teacher": "the teacher's log-probs",
+    "rng": "its RNG states (rng.pt)",
+    "stages": "its stage digests (stages.json)",
+    "stats": "its statistics (stats.json)",
+    "pin": "its anomaly pin (anomaly.json)",
+}
+
+
+def stop_consequence(marker: dict[str, Any], step_complete: bool) -> str:
+    """What a stop marker means for replays, in words. A head stops where a write
+    fails; when that was a file written after the step's batch (its statistics,
+    RNG states, stage digests), the step is complete (``step_complete``: its
+    step.json exists) and replays without that file."""
+    step, writing = marker.get("step"), marker.get("writing")
+    if not step_complete:
+        return (
+            f"steps before {step} are complete; step {step} and later are not recorded"
+        )
+    what = (
+        STOPPED_WRITING.get(writing, f"its {writing[:40]}")
+        if isinstance(writing, str)
+        else "a file that failed"
+    )
+    return (
+        f"steps up to {step} are complete, step {step} without {what}; later steps "
+        "are not recorded"
+    )
+
+
 def reserved_marker_name(shard: int) -> str:
     """Space each head reserves for its stop marker, where the marker stays when
     the directory no longer takes new names."""

@@ -41,6 +41,7 @@ from areal_debug.store_format import (
     reserved_marker_name,
     sha256_bytes,
     step_dirname,
+    stop_consequence,
     stopped_marker_name,
 )
 
@@ -143,6 +144,12 @@ class RecordingReader:
                 raise invalid(p, "stop marker", "it is not a JSON object")
             found.append(marker)
         return found
+
+    def stop_consequence(self, stop: dict[str, Any]) -> str:
+        """What a stop marker (one of ``stopped()``) means for replays, in words."""
+        step = stop.get("step")
+        complete = isinstance(step, int) and step >= 0 and self.has_step(step)
+        return stop_consequence(stop, complete)
 
     def require_steps(self, steps: Iterable[int]) -> None:
         wanted = list(steps)

@@ -48,6 +48,7 @@ from areal_debug.store_format import (
     STAGES_FILE,
     STATS,
     STEP_META,
+    STOPPED_WRITING,
     TEACHER_LOGP_META,
     TEMPORARY_PREFIX,
     RecordingError,
@@ -62,6 +63,7 @@ from areal_debug.store_format import (
     shard_meta_name,
     shard_payload_name,
     step_dirname,
+    stop_consequence,
     stopped_marker_name,
     teacher_payload_name,
 )
@@ -113,6 +115,10 @@ def _packed(value: Any) -> dict[str, Any]:
     return value if is_packed(value) else pack(value)
 
 
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:] + "."
+
+
 def epoch_of(global_step: int, steps_per_epoch: int) -> tuple[int, int]:
     return global_step // steps_per_epoch, global_step % steps_per_epoch
 
@@ -120,8 +126,10 @@ def epoch_of(global_step: int, steps_per_epoch: int) -> tuple[int, int]:
 class RecordingWriter:
     """Writes one data-parallel head's shards (and rank 0's stats) in the background.
 
-    ``submit_*`` only enqueue; at most ``max_pending`` steps wait in memory, after
-    which the training thread waits for the writer (back-pressure, logged).
+    ``submit_*`` only enqueue; at most ``max_pending`` steps' batches wait in
+    memory, after which submitting a batch waits for the writer (back-pressure,
+    logged). A step's small files (statistics, RNG states, stage digests) never
+    wait: they queue behind its batch.
     ``close()`` (also run at interpreter exit) writes everything still queued.
 
     A write failure (disk full, permission lost, any error) stops the recording,
@@ -165,7 +173,12 @@ class RecordingWriter:
         self.clone_tensors = clone_tensors
         self._snapshots = Snapshotter(clone_tensors)
         self._payloads = self._start_writer_process() if writer_process else None
-        self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
+        self._queue: queue.Queue = queue.Queue()
+        # Counts steps (their batches, which hold the memory), not jobs: a bound
+        # on jobs made training wait on a step's statistics while its batch was
+        # still being written.
+        self._batch_slots = threading.Semaphore(max_pending)
+        self._waits, self._waited = 0, 0.0
         self._error: BaseException | None = None
         self._rng_sha256: dict[int, str] = {}
         self._closed = False
@@ -275,15 +288,22 @@ class RecordingWriter:
             )
         if self.stopped is not None:
             return  # the recording stopped; training goes on without it
-        try:
-            self._queue.put_nowait(job)
-        except queue.Full:
+        if job[0] == "batch" and not self._batch_slots.acquire(blocking=False):
             t0 = time.monotonic()
-            self._queue.put(job)
+            self._batch_slots.acquire()
+            self._waited_for_writer(time.monotonic() - t0)
+        self._queue.put(job)
+
+    def _waited_for_writer(self, seconds: float) -> None:
+        self._waits += 1
+        self._waited += seconds
+        # Once, then now and then: a disk that is slower than training stays so.
+        if self._waits == 1 or self._waits % 50 == 0:
             logger.warning(
-                f"Training waited {time.monotonic() - t0:.2f}s for the recording "
-                "writer (disk slower than training). Raise debug.max_pending_steps "
-                "to buffer more steps in memory."
+                f"Training waited {seconds:.2f}s for the recording writer "
+                f"({self._waits} time(s) so far, {self._waited:.1f}s in all): the "
+                "disk is slower than training. Raise debug.max_pending_steps to "
+                "buffer more steps in memory, or record fewer (debug.record_every)."
             )
 
     def _raise_if_failed(self) -> None:
@@ -322,16 +342,27 @@ class RecordingWriter:
             except BaseException as e:  # noqa: BLE001 - surfaced on the training thread
                 self._error = e
                 try:
-                    self._stop(job[1], e)
+                    self._stop(job[1], e, job[0])
                 except Exception as report_error:  # noqa: BLE001
                     # The thread must live on: flush() and close() wait for it.
                     logger.error(f"Recording writer failed: {e!r} ({report_error!r})")
             finally:
+                if job is not None and job[0] == "batch":
+                    self._batch_slots.release()
                 self._queue.task_done()
 
-    def _stop(self, step: int, error: BaseException) -> None:
-        """Record why and where this head stopped recording; log it once."""
+    def _stop(self, step: int, error: BaseException, writing: str = "batch") -> None:
+        """Record why and where this head stopped recording, and what it was
+        writing (a job kind: a step's later files fail after its batch is whole);
+        log it once."""
         self.stopped = (step, error)
+        why = {
+            "shard": self.shard,
+            "step": step,
+            "writing": writing,
+            "error": repr(error),
+            "time": datetime.datetime.now(datetime.UTC).isoformat(),
+        }
         then = (
             "Training stops (debug.fail_on_write_error=true)."
             if self.fatal_errors
@@ -339,18 +370,13 @@ class RecordingWriter:
             "(set debug.fail_on_write_error=true to stop it instead)."
         )
         logger.error(
-            f"areal-debug stopped recording at step {step} (shard {self.shard}): "
-            f"{error!r}. Steps before {step} are complete and replayable; step "
-            f"{step} and later are not recorded. {then} Fix the cause (disk space, "
-            f"permissions) and start a new recording to record again."
+            f"areal-debug stopped recording at step {step} (shard {self.shard}) "
+            f"writing {STOPPED_WRITING.get(writing, writing)}: {error!r}. "
+            f"{_sentence(stop_consequence(why, self._complete(step)))} {then} "
+            "Fix the cause (disk "
+            "space, permissions) and start a new recording to record again."
         )
         marker = os.path.join(self.path, stopped_marker_name(self.shard))
-        why = {
-            "shard": self.shard,
-            "step": step,
-            "error": repr(error),
-            "time": datetime.datetime.now(datetime.UTC).isoformat(),
-        }
         try:
             atomic_write_json(marker, why)
         except OSError as e:
@@ -361,6 +387,9 @@ class RecordingWriter:
 
     def _step_dir(self, step: int) -> str:
         return os.path.join(self.path, step_dirname(step))
+
+    def _complete(self, step: int) -> bool:
+        return os.path.exists(os.path.join(self._step_dir(step), STEP_META))
 
     def _write_batch(self, step: int, payload) -> None:
         pending = payload if isinstance(payload, PendingCopy) else None

@@ -324,15 +324,110 @@ def test_a_full_disk_stops_the_recording_where_it_failed(tmp_path, monkeypatch):
     assert_batches_equal([traj(1)], reader.load_shard(1, 0))
     (stop,) = reader.stopped()
     assert stop["step"] == 2 and "No space left" in stop["error"]
+    assert stop["writing"] == "batch"
     # Nothing of the failed step or the dropped ones is left half-visible.
     assert not (tmp_path / step_dirname(3)).exists()
     # One error, logged once, saying what happened and that training goes on.
     (error,) = errors
-    assert "stopped recording at step 2 (shard 0)" in error
+    assert "stopped recording at step 2 (shard 0) writing its batch" in error
+    assert "step 2 and later are not recorded" in error
     assert "Training goes on" in error and "fail_on_write_error" in error
     with pytest.raises(RecordingError, match="stopped at step 2: writing shard 0"):
         reader.require_steps(range(4))
     assert main(["verify", str(tmp_path)]) == 0
+
+
+def test_only_batches_wait_for_the_writer(tmp_path, monkeypatch):
+    """``max_pending`` bounds steps (their batches), not files: while a step's
+    batch is being written, its pin and statistics are queued at once; the next
+    step's batch waits for a free place."""
+    import threading
+
+    from areal_debug import store_writer
+
+    started, release = threading.Event(), threading.Event()
+    real = store_writer.save_payload
+
+    def held(*args, **kwargs):
+        started.set()
+        release.wait(60)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store_writer, "save_payload", held)
+    write_manifest(str(tmp_path), manifest())
+    w = RecordingWriter(
+        str(tmp_path),
+        shard=0,
+        num_shards=1,
+        steps_per_epoch=10,
+        max_pending=1,
+        writer_process=False,
+    )
+    try:
+        w.submit_batch(0, [traj(0)])
+        assert started.wait(60)  # the writer is inside step 0's payload
+
+        def small_files():
+            w.submit_pin(0, ["test"], [0])
+            w.submit_stats(0, {"loss": 0.0})
+
+        small = threading.Thread(target=small_files)
+        small.start()
+        small.join(60)
+        assert not small.is_alive(), "a step's small files waited for its batch"
+        nxt = threading.Thread(target=w.submit_batch, args=(1, [traj(1)]))
+        nxt.start()
+        nxt.join(0.5)
+        assert nxt.is_alive(), "a second pending batch did not wait (max_pending=1)"
+    finally:
+        release.set()
+    nxt.join(60)
+    w.close()
+    reader = RecordingReader(str(tmp_path))
+    assert reader.available_steps() == [0, 1]
+    assert reader.recorded_stats(0) == {"loss": 0.0}
+
+
+def test_a_stop_after_a_steps_batch_keeps_the_step_and_says_what_it_lacks(
+    tmp_path, capsys
+):
+    """The disk fills while a step's statistics are written, after its batch is
+    whole: the step stays replayable without them, and the marker, the log and
+    `inspect` say so instead of calling the step not recorded."""
+    import errno
+
+    from areal_debug import store_writer
+    from areal_debug.cli import main
+
+    real = store_writer.atomic_write_json
+
+    def full_at_stats_of_step_2(path, obj):
+        if path.endswith(os.path.join(step_dirname(2), "stats.json")):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, obj)
+
+    write_manifest(str(tmp_path), manifest())
+    w = RecordingWriter(
+        str(tmp_path), shard=0, num_shards=1, steps_per_epoch=10, writer_process=False
+    )
+    store_writer.atomic_write_json = full_at_stats_of_step_2
+    try:
+        for step in range(4):
+            w.submit_batch(step, [traj(step)])
+            w.submit_stats(step, {"loss": float(step)})
+        w.close()
+    finally:
+        store_writer.atomic_write_json = real
+    reader = RecordingReader(str(tmp_path))
+    assert reader.available_steps() == [0, 1, 2]
+    assert reader.recorded_stats(2) is None and reader.recorded_stats(1) == {
+        "loss": 1.0
+    }
+    (stop,) = reader.stopped()
+    assert (stop["step"], stop["writing"]) == (2, "stats")
+    assert main(["inspect", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "step 2 without its statistics (stats.json)" in out
 
 
 def test_format_ranges():

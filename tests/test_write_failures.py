@@ -6,6 +6,7 @@ kernel refuses the writes: a per-file size limit (RLIMIT_FSIZE, any user) or a
 full filesystem (a 1 MiB tmpfs, where mounting is allowed).
 """
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -80,12 +81,13 @@ def test_a_file_size_limit_stops_the_recording_mid_payload(tmp_path):
     assert_stopped_at_step_2(path, run, "File too large")
 
 
-@pytest.fixture
-def tiny_filesystem(tmp_path):
-    mnt = tmp_path / "tmpfs"
+@contextlib.contextmanager
+def mounted_tmpfs(mnt, size: str):
+    """A tmpfs of ``size`` at ``mnt``, unmounted on leaving; the test is skipped
+    where mounting is not allowed."""
     mnt.mkdir()
     mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
         capture_output=True,
         text=True,
     )
@@ -98,6 +100,12 @@ def tiny_filesystem(tmp_path):
         yield mnt
     finally:
         subprocess.run(["umount", str(mnt)], check=True)
+
+
+@pytest.fixture
+def tiny_filesystem(tmp_path):
+    with mounted_tmpfs(tmp_path / "tmpfs", "1m") as mnt:
+        yield mnt
 
 
 def test_a_full_filesystem_stops_the_recording_and_training_goes_on(tiny_filesystem):
@@ -180,3 +188,43 @@ def test_in_a_read_only_directory_the_marker_stays_in_its_reservation(
     assert not (tmp_path / reserved_marker_name(0)).exists()
     (stop,) = RecordingReader(path).stopped()
     assert stop["step"] == 0 and "Permission denied" in stop["error"]
+
+
+@pytest.mark.areal
+def test_a_full_disk_mid_run_leaves_areal_training_to_the_end(workdir, tmp_path):
+    """AReaL's trainer under torchrun (fake inference engine) dumping 6 steps to a
+    160 KiB filesystem: the disk fills part way (each step takes ~50 KiB there:
+    payload, statistics, RNG states, stage digests), training runs every step,
+    and the recording holds every step before the failure, whole, and says
+    where, why and writing what it stopped."""
+    from support.harness import run_torchrun
+
+    with mounted_tmpfs(tmp_path / "small", "160k") as mnt:
+        path = str(mnt / "rec")
+        run = run_torchrun(
+            str(workdir),
+            "dump",
+            1,
+            [
+                "total_train_steps=6",
+                "debug.dump_rollout_data=true",
+                f"debug.path={path}",
+            ],
+        )
+        assert run.returncode == 0, run.log[-3000:]
+        assert len(run.stats) == 6  # training went on to the end
+        reader = RecordingReader(path)
+        (stop,) = reader.stopped()
+        assert "No space left on device" in stop["error"]
+        assert 0 < stop["step"] < 6, stop
+        # The failed step is kept when only a file after its batch failed.
+        whole = stop["step"] + (stop["writing"] not in ("batch", "teacher"))
+        assert reader.available_steps() == list(range(whole))
+        for step in reader.available_steps():
+            files, problems = reader.verify_step(step)
+            assert problems == [] and files > 1
+        for step in range(stop["step"]):
+            assert reader.recorded_stats(step) and reader.recorded_stages(step)[0]
+        assert (
+            run.log.count(f"areal-debug stopped recording at step {stop['step']}") == 1
+        )

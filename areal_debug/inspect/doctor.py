@@ -24,7 +24,12 @@ from areal_debug.inspect.common import (
     human_bytes,
     package_version,
 )
-from areal_debug.store_format import KEPT, dir_bytes, kept_steps, step_dirname
+from areal_debug.store_format import (
+    KEPT,
+    dir_bytes,
+    kept_steps,
+    step_dirname,
+)
 from areal_debug.store_reader import RecordingReader, format_ranges
 
 ERROR, WARNING, INFO = "error", "warning", "info"
@@ -261,8 +266,8 @@ def _steps(reader: RecordingReader, start: int, end: int | None) -> list[Finding
                 INFO,
                 f"shard {stop.get('shard')} stopped recording at step "
                 f"{stop.get('step')}: {stop.get('error')}",
-                "steps from there on are not recorded",
-                "replay only the steps before it",
+                reader.stop_consequence(stop),
+                "replay only the complete steps",
             )
         )
     return out
