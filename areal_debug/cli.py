@@ -23,11 +23,7 @@ import os
 import sys
 
 from areal_debug.recording_lock import describe
-from areal_debug.store_format import (
-    STATS,
-    RecordingError,
-    step_dirname,
-)
+from areal_debug.store_format import STATS, RecordingError, step_dirname
 from areal_debug.store_reader import RecordingReader, format_ranges
 
 

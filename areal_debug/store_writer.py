@@ -373,8 +373,8 @@ class RecordingWriter:
             f"areal-debug stopped recording at step {step} (shard {self.shard}) "
             f"writing {STOPPED_WRITING.get(writing, writing)}: {error!r}. "
             f"{_sentence(stop_consequence(why, self._complete(step)))} {then} "
-            "Fix the cause (disk "
-            "space, permissions) and start a new recording to record again."
+            "Fix the cause (disk space, permissions) and start a new recording "
+            "to record again."
         )
         marker = os.path.join(self.path, stopped_marker_name(self.shard))
         try:

@@ -24,12 +24,7 @@ from areal_debug.inspect.common import (
     human_bytes,
     package_version,
 )
-from areal_debug.store_format import (
-    KEPT,
-    dir_bytes,
-    kept_steps,
-    step_dirname,
-)
+from areal_debug.store_format import KEPT, dir_bytes, kept_steps, step_dirname
 from areal_debug.store_reader import RecordingReader, format_ranges
 
 ERROR, WARNING, INFO = "error", "warning", "info"
