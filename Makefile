@@ -1,42 +1,50 @@
 # areal-debug: set-up, tests and the demo on a CPU machine.
 #   make setup   create .venv with torch (CPU), areal 1.0.4 and this package (idempotent)
-#   make test    set up if needed (and xfsprogs, as root), then run the whole test suite
+#   make setup AREAL=2.0.0 VENV=.venv-a2   the same with AReaL 2.0.0, at .venv-a2
+#   make test    set up if needed, then run the whole test suite (no system installs)
+#   make test-leg AREAL=2.0.0 VENV=.venv-a2   the tests every supported AReaL runs
+#                (marker each_areal): contract, SPMD and single-controller
+#                dump/replay, that AReaL's own example scripts
 #   make demo    set up if needed, then record and replay a real GRPO run on CPU
 #   make lint    ruff over the package, tests and benchmarks
 #   make reliability  the whole reliability suite (crashes, hostile files, ...) and its table
 PYTHON ?= python3
-VENV := .venv
+# The AReaL release to install (by name, from whatever index or --find-links
+# folder pip is given) and the venv to install it in.
+AREAL ?= 1.0.4
+VENV ?= .venv
+# What that release's code paths need beyond requirements/cpu.txt (may not exist).
+AREAL_REQS := $(wildcard requirements/areal-$(AREAL).txt)
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-STAMP := $(VENV)/.setup-done
+STAMP := $(VENV)/.setup-done-areal-$(AREAL)
 
-.PHONY: setup test-tools test demo lint bench reliability clean
+.PHONY: setup test test-leg demo lint bench reliability clean
 
 setup: $(STAMP)
 
 # The stamp depends on everything that defines the environment, so editing the
 # requirements re-runs set-up; a finished set-up is not repeated.
-$(STAMP): pyproject.toml requirements/cpu.txt requirements/constraints-cpu.txt
+$(STAMP): pyproject.toml requirements/cpu.txt requirements/constraints-cpu.txt $(AREAL_REQS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# The CPU build first: areal's own pins (torch<2.11) would pull CUDA wheels.
 	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet --no-deps areal==1.0.4
-	$(PIP) install --quiet -c requirements/constraints-cpu.txt -r requirements/cpu.txt
+	$(PIP) install --quiet --no-deps areal==$(AREAL)
+	$(PIP) install --quiet -c requirements/constraints-cpu.txt -r requirements/cpu.txt $(AREAL_REQS:%=-r %)
 	$(PIP) install --quiet --no-deps -e .
 	$(PY) -c "import areal, areal_debug, torch; print('areal', areal.__version__, 'torch', torch.__version__)"
 	touch $(STAMP)
 
-# mkfs.xfs, for the reflink test and benchmark (a loop-mounted XFS): installed
-# where make runs as root with apt; elsewhere those say why they do not run.
-test-tools:
-	@if [ "$$(id -u)" = 0 ] && ! command -v mkfs.xfs >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then \
-		export DEBIAN_FRONTEND=noninteractive; \
-		(apt-get install -y -qq xfsprogs || (apt-get update -qq && apt-get install -y -qq xfsprogs)) >/dev/null 2>&1 \
-			|| echo "xfsprogs could not be installed: tests/test_reflinks.py will be skipped"; \
-	fi
+# The tests never install anything on the system: those that need mkfs.xfs and
+# root (tests/test_reflinks.py) say so when skipped; .ci/run installs xfsprogs.
+PYTEST := OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadgroup --durations=15
 
-test: setup test-tools
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadgroup --durations=15 tests
+test: setup
+	$(PYTEST) tests
+
+# One leg per supported AReaL: `make test-leg AREAL=2.0.0 VENV=.venv-a2`.
+test-leg: setup
+	$(PYTEST) -m each_areal tests
 
 demo: setup
 	$(VENV)/bin/areal-debug demo
@@ -45,7 +53,7 @@ lint: setup
 	$(PY) -m ruff check areal_debug tests benchmarks examples reliability
 	$(PY) -m ruff format --check areal_debug tests benchmarks examples reliability
 
-bench: setup test-tools
+bench: setup
 	$(PY) benchmarks/dump_overhead.py
 	$(PY) benchmarks/kept_checkpoint_disk.py
 	OMP_NUM_THREADS=1 $(PY) benchmarks/compression.py

@@ -28,12 +28,17 @@ from areal.utils import logging
 logger = logging.getLogger("DebugArealCompat")
 
 # -- supported versions ---------------------------------------------------------------
-SUPPORTED_AREAL = ((1, 0, 4), (1, 1, 0))  # [low, high)
+# Each supported release line as [low, high): the contract test
+# (tests/test_areal_contract.py) has passed on the release each line names.
+SUPPORTED_AREAL = (
+    ((1, 0, 4), (1, 1, 0)),
+    ((2, 0, 0), (2, 1, 0)),
+)
 ALLOW_ANY_VERSION_ENV = "AREAL_DEBUG_ALLOW_ANY_AREAL"
 
 
 class UnsupportedArealError(RuntimeError):
-    """The installed AReaL is outside the range this areal-debug was checked against."""
+    """The installed AReaL is outside the ranges this areal-debug was checked against."""
 
 
 def _parse_version(text: str) -> tuple[int, ...]:
@@ -44,6 +49,25 @@ def _parse_version(text: str) -> tuple[int, ...]:
     return tuple(parts + [0] * (3 - len(parts)))
 
 
+def _dotted(version: tuple[int, ...]) -> str:
+    return ".".join(map(str, version))
+
+
+def installed_areal_version() -> str:
+    """The installed AReaL's version string (its distribution, else ``__version__``)."""
+    try:
+        return pkg_version("areal")
+    except PackageNotFoundError:  # an editable or vendored AReaL
+        import areal
+
+        return getattr(areal, "__version__", "0")
+
+
+def areal_release(installed: str | None = None) -> tuple[int, int]:
+    """(major, minor) of the installed AReaL: which form of a differing entry applies."""
+    return _parse_version(installed or installed_areal_version())[:2]
+
+
 def check_areal_version(installed: str | None = None) -> str:
     """Return the installed AReaL version; raise one clear error if unsupported.
 
@@ -51,21 +75,21 @@ def check_areal_version(installed: str | None = None) -> str:
     trying a new AReaL before ``tests/test_areal_contract.py`` has passed on it.
     """
     if installed is None:
-        try:
-            installed = pkg_version("areal")
-        except PackageNotFoundError:  # an editable or vendored AReaL
-            import areal
-
-            installed = getattr(areal, "__version__", "0")
-    low, high = SUPPORTED_AREAL
-    if low <= _parse_version(installed) < high:
+        installed = installed_areal_version()
+    parsed = _parse_version(installed)
+    if any(low <= parsed < high for low, high in SUPPORTED_AREAL):
         return installed
+    ranges = " or ".join(
+        f">= {_dotted(low)}, < {_dotted(high)}" for low, high in SUPPORTED_AREAL
+    )
+    releases = " or ".join(
+        f"areal=={_dotted(low)}" for low, _ in reversed(SUPPORTED_AREAL)
+    )
     msg = (
-        f"areal-debug supports AReaL >= {'.'.join(map(str, low))} and < "
-        f"{'.'.join(map(str, high))}, but AReaL {installed} is installed. "
+        f"areal-debug supports AReaL {ranges}, but AReaL {installed} is installed. "
         "areal-debug reaches into AReaL's trainer, launchers and single-controller "
         "internals, which change between releases. Install a supported AReaL "
-        "(pip install areal==1.0.4), or set "
+        f"(pip install {releases}), or set "
         f"{ALLOW_ANY_VERSION_ENV}=1 to try anyway after running "
         "tests/test_areal_contract.py against it."
     )

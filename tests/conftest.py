@@ -52,6 +52,7 @@ SCHEDULER_MODULES = {
     "test_example_scripts",
     "test_agent_workflows",
     "test_ray_scheduler",
+    "test_areal2_examples",
 }
 SPMD_FIXTURES = {"spmd_d1", "spmd_d2", "spmd_d1_replay"}
 # Modules that reach the SPMD recordings through request.getfixturevalue too.

@@ -17,6 +17,9 @@ import torch
 
 from areal_debug import areal_compat
 
+# Every supported AReaL release runs this module (the AReaL 2.0 leg included).
+pytestmark = pytest.mark.each_areal
+
 CHECKS: dict[str, Callable[[], None]] = {}
 
 
@@ -494,14 +497,21 @@ def test_contract(name):
     CHECKS[name]()
 
 
-@pytest.mark.parametrize("version", ["1.1.0", "0.9.2", "2.0"])
+@pytest.mark.parametrize("version", ["1.0.4", "1.0.9", "2.0", "2.0.0", "2.0.3"])
+def test_both_release_lines_are_accepted(version, monkeypatch):
+    monkeypatch.delenv(areal_compat.ALLOW_ANY_VERSION_ENV, raising=False)
+    assert areal_compat.check_areal_version(version) == version
+
+
+@pytest.mark.parametrize("version", ["1.0.3", "1.1.0", "0.9.2", "1.9.9", "2.1.0", "3.0"])
 def test_unsupported_areal_is_refused_with_one_message(version, monkeypatch):
     monkeypatch.delenv(areal_compat.ALLOW_ANY_VERSION_ENV, raising=False)
     with pytest.raises(areal_compat.UnsupportedArealError) as e:
         areal_compat.check_areal_version(version)
     message = str(e.value)
     assert f"AReaL {version} is installed" in message
-    assert "pip install areal==1.0.4" in message
+    assert ">= 1.0.4, < 1.1.0 or >= 2.0.0, < 2.1.0" in message
+    assert "pip install areal==2.0.0 or areal==1.0.4" in message
 
 
 def test_unsupported_areal_can_be_tried_on_purpose(monkeypatch):

@@ -82,6 +82,7 @@ def expected_topology(dp: int) -> dict:
     }
 
 
+@pytest.mark.each_areal
 def test_replay_is_bitwise_identical_at_one_process(spmd_d1, spmd_d1_replay):
     run = spmd_d1_replay
     assert run.returncode == 0, run.log[-3000:]
@@ -93,6 +94,7 @@ def test_replay_is_bitwise_identical_at_one_process(spmd_d1, spmd_d1_replay):
     assert report["topology"] == expected_topology(1)
 
 
+@pytest.mark.each_areal
 def test_replay_is_bitwise_identical_at_two_processes(spmd_d2):
     # The dump ran through the launcher with debug.deterministic=true (the test
     # YAML); a bare torchrun replay lacks the launcher's environment: it says

@@ -9,7 +9,7 @@ import sys
 import pytest
 from support.harness import rpc_workers
 
-pytestmark = pytest.mark.areal
+pytestmark = [pytest.mark.areal, pytest.mark.each_areal]
 
 # Two steps: the second trains on weights the first updated on the server.
 STEPS = 2

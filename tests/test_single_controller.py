@@ -69,6 +69,7 @@ def replay(workdir, mode: str, trial: str, replay_trial: str, *extra, nproc=1):
     return run_example(workdir, f"replay-{replay_trial}", mode, overrides, nproc=nproc)
 
 
+@pytest.mark.each_areal
 def test_dump_records_one_shard_per_step_on_the_controller(sc_workdir, sc_d2):
     assert "The rollout workers attach to running inference servers" in sc_d2.run.log
     reader = RecordingReader(recording(sc_workdir, "sc"))
@@ -101,6 +102,7 @@ def test_dump_records_one_shard_per_step_on_the_controller(sc_workdir, sc_d2):
     assert_no_workers_left(sc_workdir)
 
 
+@pytest.mark.each_areal
 def test_same_mode_replay_is_bitwise_without_rollout_workers(sc_workdir, sc_d2):
     run = replay(sc_workdir, SC, "sc", "sc_replay", *TRAIN_D2)
     assert run.returncode == 0, run.log[-3000:]

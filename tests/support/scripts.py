@@ -20,6 +20,9 @@ from areal_debug.server_attach import TEACHER_ADDRS_ENV
 from support.harness import TESTS, run_logged
 
 SCRIPTS = os.path.join(TESTS, "scripts")
+# AReaL 2.0.0's own example scripts at their repository paths (``examples.*``
+# imports itself by that name), with the CPU YAMLs under ``cpu/``.
+AREAL2_SCRIPTS = os.path.join(SCRIPTS, "areal2")
 
 
 def script_path(name: str) -> str:
@@ -68,7 +71,7 @@ def env_for(
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         # Agent classes live in their own module, imported by AReaL's workers.
         "PYTHONPATH": os.pathsep.join(
-            p for p in (SCRIPTS, os.environ.get("PYTHONPATH")) if p
+            p for p in (SCRIPTS, AREAL2_SCRIPTS, os.environ.get("PYTHONPATH")) if p
         ),
     }
     for key in ("AREAL_LLM_SERVER_ADDRS", TEACHER_ADDRS_ENV, "AREAL_SPMD_MODE"):
