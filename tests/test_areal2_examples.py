@@ -50,7 +50,9 @@ class Example:
     config: str
     experiment: str
     trajectories: int  # per step: train_dataset.batch_size
-    group: int  # gconfig.n_samples
+    # Rows per trajectory entry: gconfig.n_samples, times up to max_turns where
+    # each turn is exported as a row of its own (export_style individual).
+    rows: tuple[int, int]
     proxy: bool  # the workflow is an agent class behind AReaL's proxy
 
 
@@ -60,7 +62,7 @@ EXAMPLES = {
         "areal2/cpu/gsm8k_grpo_cpu.yaml",
         "gsm8k-grpo-cpu",
         4,
-        2,
+        (2, 2),
         proxy=True,
     ),
     "multi-turn": Example(
@@ -68,7 +70,7 @@ EXAMPLES = {
         "areal2/cpu/gsm8k_grpo_mt_cpu.yaml",
         "gsm8k-grpo-mt-cpu",
         4,
-        2,
+        (2, 4),
         proxy=False,
     ),
 }
@@ -116,7 +118,8 @@ def test_dump_records_each_step_of_the_example(gsm8k_workdir, example, dump_log)
         batch = reader.load_shard(step, 0)
         assert len(batch) == example.trajectories
         for traj in batch:
-            assert traj["input_ids"].shape[0] == example.group
+            low, high = example.rows
+            assert low <= traj["input_ids"].shape[0] <= high
             assert set(traj["rewards"].flatten().tolist()) <= {0.0, 1.0}
             assert traj["loss_mask"].sum() > 0
 
