@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """The one door to AReaL: every private or undocumented AReaL symbol areal-debug uses.
 
-Each entry names the AReaL 1.0.4 file (wheel) it mirrors; ``tests/test_areal_contract.py``
-checks every entry against the installed AReaL, so a release that moves one fails
-that test, naming it, instead of a training run on a cluster. Public, documented
+Each entry names the AReaL file it mirrors and its location in both supported
+wheels (1.0.4 and 2.0.0); ``tests/test_areal_contract.py`` checks every entry
+against the installed AReaL, so a release that moves one fails that test, naming
+it, instead of a training run on a cluster. Public, documented
 API (``PPOTrainer``, ``PPOConfig``, ``load_expr_config``, ``areal.utils.logging``)
 is imported where it is used.
 """
@@ -105,35 +106,37 @@ class TrainerHooks(PPOTrainer):
     public names. Subclasses override the public names; ``super()`` reaches the next
     class in the MRO, so a user's own ``PPOTrainer`` subclass composes."""
 
-    # rl_trainer.py:915 PPOTrainer._init_scheduler
+    # rl_trainer.py:915 (1.0.4), :927 (2.0.0) PPOTrainer._init_scheduler
     def _init_scheduler(self):
         return self.build_scheduler()
 
     def build_scheduler(self):
         return super()._init_scheduler()
 
-    # rl_trainer.py:925 PPOTrainer._create_dataloader
+    # rl_trainer.py:925 (1.0.4), :937 (2.0.0) PPOTrainer._create_dataloader
     def _create_dataloader(self, dataset, dataset_config, rank, world_size):
         return self.build_dataloader(dataset, dataset_config, rank, world_size)
 
     def build_dataloader(self, dataset, dataset_config, rank, world_size):
         return super()._create_dataloader(dataset, dataset_config, rank, world_size)
 
-    # rl_trainer.py:951 PPOTrainer._create_train_engine (actor, ref, train teacher)
+    # rl_trainer.py:951 (1.0.4), :963 (2.0.0) PPOTrainer._create_train_engine
+    # (actor, ref, train teacher)
     def _create_train_engine(self, actor_config, alloc):
         return self.build_train_engine(actor_config, alloc)
 
     def build_train_engine(self, actor_config, alloc):
         return super()._create_train_engine(actor_config, alloc)
 
-    # rl_trainer.py:978 PPOTrainer._create_critic
+    # rl_trainer.py:978 (1.0.4), :990 (2.0.0) PPOTrainer._create_critic
     def _create_critic(self, critic_config, alloc):
         return self.build_critic(critic_config, alloc)
 
     def build_critic(self, critic_config, alloc):
         return super()._create_critic(critic_config, alloc)
 
-    # rl_trainer.py:1005 PPOTrainer._init_rollout (rollout and eval rollout)
+    # rl_trainer.py:1005 (1.0.4), :1017 (2.0.0) PPOTrainer._init_rollout
+    # (rollout and eval rollout)
     def _init_rollout(self, rollout_config, is_eval=False, lora_path=None):
         return self.build_inference_engine(rollout_config, is_eval, lora_path)
 
@@ -142,21 +145,22 @@ class TrainerHooks(PPOTrainer):
             rollout_config, is_eval=is_eval, lora_path=lora_path
         )
 
-    # rl_trainer.py:1092 PPOTrainer._init_teacher_rollout (teacher.engine_type=rollout)
+    # rl_trainer.py:1092 (1.0.4), :1104 (2.0.0) PPOTrainer._init_teacher_rollout
+    # (teacher.engine_type=rollout)
     def _init_teacher_rollout(self, rollout_config):
         return self.build_teacher_engine(rollout_config)
 
     def build_teacher_engine(self, rollout_config):
         return super()._init_teacher_rollout(rollout_config)
 
-    # rl_trainer.py:1192 PPOTrainer._save_recover_checkpoint
+    # rl_trainer.py:1192 (1.0.4), :1204 (2.0.0) PPOTrainer._save_recover_checkpoint
     def _save_recover_checkpoint(self, epoch: int, epoch_step: int, global_step: int):
         return self.save_recover_checkpoint(epoch, epoch_step, global_step)
 
     def save_recover_checkpoint(self, epoch: int, epoch_step: int, global_step: int):
         return super()._save_recover_checkpoint(epoch, epoch_step, global_step)
 
-    # rl_trainer.py:1241 PPOTrainer._evaluate
+    # rl_trainer.py:1241 (1.0.4), :1253 (2.0.0) PPOTrainer._evaluate
     def _evaluate(
         self, eval_workflow, eval_workflow_kwargs, epoch, epoch_step, global_step
     ):
@@ -171,14 +175,15 @@ class TrainerHooks(PPOTrainer):
             eval_workflow, eval_workflow_kwargs, epoch, epoch_step, global_step
         )
 
-    # rl_trainer.py:1379 PPOTrainer._ensure_proxy_started (agent workflows)
+    # rl_trainer.py:1379 (1.0.4), :1391 (2.0.0) PPOTrainer._ensure_proxy_started
+    # (agent workflows)
     def _ensure_proxy_started(self) -> None:
         return self.start_agent_proxy()
 
     def start_agent_proxy(self) -> None:
         return super()._ensure_proxy_started()
 
-    # rl_trainer.py:1269 PPOTrainer._export_and_commit_stats
+    # rl_trainer.py:1269 (1.0.4), :1281 (2.0.0) PPOTrainer._export_and_commit_stats
     def _export_and_commit_stats(self, epoch: int, epoch_step: int, global_step: int):
         return self.commit_step_stats(epoch, epoch_step, global_step)
 
@@ -193,8 +198,9 @@ def export_and_commit_stats(
     global_step: int,
     on_stats: Callable[[dict], None],
 ) -> None:
-    """``PPOTrainer._export_and_commit_stats`` (rl_trainer.py:1269-1279) with
-    ``on_stats`` called on the step's statistics just before they are committed."""
+    """``PPOTrainer._export_and_commit_stats`` (rl_trainer.py:1269-1279 in 1.0.4,
+    1281-1291 in 2.0.0) with ``on_stats`` called on the step's statistics just
+    before they are committed."""
     import torch.distributed as dist
     from areal.infra import current_platform
     from areal.utils.environ import is_single_controller
@@ -212,14 +218,16 @@ def export_and_commit_stats(
 
 # -- trainer state read by areal-debug -------------------------------------------------
 def single_controller_mode() -> bool:
-    """areal/utils/environ.py is_single_controller: no AREAL_SPMD_MODE=1."""
+    """areal/utils/environ.py:33 (1.0.4 and 2.0.0) is_single_controller: no
+    AREAL_SPMD_MODE=1."""
     from areal.utils.environ import is_single_controller
 
     return is_single_controller()
 
 
 def trains_on_cpu() -> bool:
-    """areal/infra/platforms: the current platform's device is the CPU."""
+    """areal/infra/platforms (platforms/__init__.py:93 ``current_platform``, 1.0.4
+    and 2.0.0): the current platform's device is the CPU."""
     import torch
     from areal.infra import current_platform
 
@@ -227,14 +235,16 @@ def trains_on_cpu() -> bool:
 
 
 def recover_start_step(trainer: PPOTrainer) -> int:
-    """The first step ``PPOTrainer.train`` runs (rl_trainer.py:562-566)."""
+    """The first step ``PPOTrainer.train`` runs (rl_trainer.py:562-566 in 1.0.4,
+    574-578 in 2.0.0)."""
     info = trainer.recover_info
     return 0 if info is None else info.last_step_info.next().global_step
 
 
 def last_recover_step(trainer: PPOTrainer) -> int | None:
     """The global step of the last recover checkpoint AReaL saved
-    (areal/utils/recover.py RecoverHandler.last_step_info)."""
+    (areal/utils/recover.py:155, :255 in 1.0.4 and 2.0.0,
+    RecoverHandler.last_step_info)."""
     info = getattr(trainer.recover_handler, "last_step_info", None)
     return None if info is None else info.global_step
 
@@ -245,7 +255,8 @@ def cpu_group(trainer: PPOTrainer):
 
 
 def train_dp_size(trainer: PPOTrainer) -> int:
-    """Training data-parallel size of the actor's allocation (rl_trainer.py:133)."""
+    """Training data-parallel size of the actor's allocation (rl_trainer.py:132
+    in 1.0.4 and 2.0.0)."""
     return trainer.actor_alloc.parallel.dp_size
 
 
@@ -262,14 +273,16 @@ def rollout_backend(trainer: PPOTrainer) -> str:
 
 
 def online_mode(trainer: PPOTrainer) -> bool:
-    """rl_trainer.py:154 ``_online_mode`` (``rollout.agent.mode: online``): the
-    trainer built its own ``_EmptyDataLoader`` (rl_trainer.py:202-219), not
-    through ``_create_dataloader``."""
+    """rl_trainer.py:154 (1.0.4 and 2.0.0) ``_online_mode``
+    (``rollout.agent.mode: online``): the trainer built its own
+    ``_EmptyDataLoader`` (rl_trainer.py:202-219 in 1.0.4 and 2.0.0), not through
+    ``_create_dataloader``."""
     return bool(trainer._online_mode)
 
 
 def teacher_dp_size(trainer: PPOTrainer) -> int:
-    """rl_trainer.py:183-198 ``teacher_alloc``, from ``teacher.rollout.backend``."""
+    """rl_trainer.py:183-198 (1.0.4 and 2.0.0) ``teacher_alloc``, from
+    ``teacher.rollout.backend``."""
     return trainer.teacher_alloc.parallel.dp_size
 
 
@@ -278,23 +291,27 @@ def teacher_backend(trainer: PPOTrainer) -> str:
 
 
 def rollout_controller_version(rollout_config) -> str:
-    """InferenceEngineConfig._version (areal/api/cli_args.py:1212): v1 or v2."""
+    """InferenceEngineConfig._version (areal/api/cli_args.py:2214 in 1.0.4, 2355 in
+    2.0.0): v1 or v2."""
     return getattr(rollout_config, "_version", "v1")
 
 
 def stats_log_dir(trainer: PPOTrainer) -> str:
-    """Where AReaL's StatsLogger writes this trial's logs (utils/stats_logger.py)."""
+    """Where AReaL's StatsLogger writes this trial's logs
+    (utils/stats_logger.py:165 in 1.0.4 and 2.0.0, StatsLogger.get_log_path)."""
     from areal.utils.stats_logger import StatsLogger
 
     return StatsLogger.get_log_path(trainer.config.stats_logger)
 
 
 # -- where a PPO step's stages can be watched (SPMD: the engines are in-process) ----------
-# PPOTrainer.train (rl_trainer.py:633-722) calls these on its engines, in this
-# order; PPOActor._ppo_update (trainer/ppo/actor.py:345) calls the actor engine's
+# PPOTrainer.train (rl_trainer.py:633-722 (1.0.4), :645-734 (2.0.0)) calls these
+# on its engines, in this order; PPOActor._ppo_update (trainer/ppo/actor.py:345
+# (1.0.4), :356 (2.0.0)) calls the actor engine's
 # train_batch(mb, loss_fn=..., loss_weight_fn=...) once per mini-batch, and
-# FSDPEngine.train_batch (engine/fsdp_engine.py:760) calls loss_fn once per
-# micro-batch and then self.optimizer_step(), which clips the gradients first.
+# FSDPEngine.train_batch (engine/fsdp_engine.py:760 (1.0.4, 2.0.0)) calls loss_fn
+# once per micro-batch and then self.optimizer_step(), which clips the gradients
+# first.
 STAGE_METHODS = {
     "actor": ("compute_logp", "compute_advantages", "ppo_update"),
     "actor_engine": ("train_batch", "optimizer_step"),
@@ -314,15 +331,17 @@ def stage_engines(trainer: PPOTrainer) -> dict[str, Any]:
 
 
 def engine_named_parameters(engine: Any) -> list[tuple[str, Any]]:
-    """The engine's model parameters (FSDPEngine.model, fsdp_engine.py:1007), as
-    stored: FSDP2 DTensor shards on each rank. Empty for an engine without one."""
+    """The engine's model parameters (FSDPEngine.model, fsdp_engine.py:1007 in
+    1.0.4, 1009 in 2.0.0), as stored: FSDP2 DTensor shards on each rank. Empty for
+    an engine without one."""
     model = getattr(engine, "model", None)
     return list(model.named_parameters()) if model is not None else []
 
 
 def worker_engine_class(controller: Any) -> type:
     """The engine class a TrainController's workers build
-    (train_controller.py:195 ``self.train_engine``, imported by name at :312)."""
+    (train_controller.py:195 ``self.train_engine``, imported by name at :312; both
+    in 1.0.4 and 2.0.0)."""
     return controller.train_engine
 
 
@@ -333,8 +352,9 @@ def use_worker_engine_class(controller: Any, engine_class: type) -> None:
 
 def call_engines(controller: Any, method: str, *args) -> Any:
     """Call ``method`` on every worker's engine, the arguments broadcast from each
-    data-parallel head (train_controller.py:471 ``_custom_function_call``, as
-    PPOActorController.compute_logp calls it); the first head's result."""
+    data-parallel head (train_controller.py:471 in 1.0.4 and 2.0.0,
+    ``_custom_function_call``, as PPOActorController.compute_logp calls it); the
+    first head's result."""
     return controller._custom_function_call(method, *args, rpc_meta={"broadcast": True})
 
 
@@ -378,11 +398,13 @@ def _pkg_version_module():
 
 
 class SglangGuard:
-    """AReaL 1.0.4's ``PPOTrainer._init_rollout`` computes SGLang *server* arguments
-    even in SPMD mode (``SGLangConfig.build_args``), and that refuses to run unless
-    the GPU-only ``sglang`` package is installed (``areal/utils/pkg_version.py
-    is_version_greater_or_equal``). When a CPU stand-in serves SGLang's protocol,
-    that one check answers yes for sglang while the engine is built."""
+    """AReaL's ``PPOTrainer._init_rollout`` (1.0.4 and 2.0.0) computes SGLang
+    *server* arguments even in SPMD mode (``SGLangConfig.build_args``, the check at
+    api/cli_args.py:1961 in 1.0.4, 2072 in 2.0.0), and that refuses to run unless
+    the GPU-only ``sglang`` package is installed (``areal/utils/pkg_version.py:34
+    is_version_greater_or_equal``, 1.0.4 and 2.0.0). When a CPU stand-in serves
+    SGLang's protocol, that one check answers yes for sglang while the engine is
+    built."""
 
     def __init__(self):
         self._original = None
@@ -409,14 +431,16 @@ class SglangGuard:
 
 # -- single-controller internals -------------------------------------------------------
 def rtensor_types():
-    """(RTensor, TensorShardInfo) of areal/infra/rpc/rtensor.py."""
+    """(RTensor, TensorShardInfo) of areal/infra/rpc/rtensor.py (:372, :70 in 1.0.4
+    and 2.0.0)."""
     from areal.infra.rpc.rtensor import RTensor, TensorShardInfo
 
     return RTensor, TensorShardInfo
 
 
 def fetch_rtensor_shards(shards: list) -> list:
-    """Fetch RTensor shards into fresh tensors (rtensor.py get_backend().fetch)."""
+    """Fetch RTensor shards into fresh tensors (rtensor.py:292 get_backend().fetch,
+    1.0.4 and 2.0.0)."""
     from areal.infra.rpc.rtensor import get_backend
 
     return get_backend().fetch(shards)
@@ -424,7 +448,8 @@ def fetch_rtensor_shards(shards: list) -> list:
 
 def unpad_trajectory(traj: dict) -> dict | None:
     """The padding trim ``RTensor.remotize`` applies (rtensor.py:429,
-    areal/utils/data.py split_and_unpad_tensor), for one trajectory dict."""
+    areal/utils/data.py:313 split_and_unpad_tensor; both in 1.0.4 and 2.0.0), for
+    one trajectory dict."""
     from areal.utils.data import split_and_unpad_tensor
 
     mask = traj["attention_mask"]
@@ -436,14 +461,16 @@ def unpad_trajectory(traj: dict) -> dict | None:
 
 def train_item_weight(traj: dict) -> int:
     """The weight AReaL's train controller orders and balances trajectories by
-    (areal/infra/controller/train_controller.py:61 _item_weight)."""
+    (areal/infra/controller/train_controller.py:61 _item_weight, 1.0.4 and
+    2.0.0)."""
     from areal.infra.controller.train_controller import _item_weight
 
     return _item_weight(traj)
 
 
 def inference_server_info(host: str, port: int):
-    """areal/api/io_struct.py LocalInfServerInfo of an already-running server."""
+    """areal/api/io_struct.py:377 (1.0.4 and 2.0.0) LocalInfServerInfo of an
+    already-running server."""
     from areal.api.io_struct import LocalInfServerInfo
 
     return LocalInfServerInfo(host=host, port=port, process=None)
@@ -451,7 +478,8 @@ def inference_server_info(host: str, port: int):
 
 def rollout_controller_class(backend: str):
     """The remote engine class whose ``as_controller`` builds the rollout controller
-    (areal/engine/sglang_remote.py:588, vllm_remote.py:540)."""
+    (areal/engine/sglang_remote.py:588 in 1.0.4 and 2.0.0; vllm_remote.py:540 in
+    1.0.4, 543 in 2.0.0)."""
     from areal.engine import RemoteSGLangEngine, RemotevLLMEngine
 
     engines = {"sglang": RemoteSGLangEngine, "vllm": RemotevLLMEngine}
@@ -463,13 +491,15 @@ def rollout_controller_class(backend: str):
 
 
 def scheduler_has_workers(scheduler: Any) -> bool:
-    """LocalScheduler._workers (areal/infra/scheduler/local.py:172) is non-empty."""
+    """LocalScheduler._workers (areal/infra/scheduler/local.py:172 in 1.0.4 and
+    2.0.0) is non-empty."""
     return bool(getattr(scheduler, "_workers", None))
 
 
 def importable_class(cls: type) -> type:
     """``cls`` or its nearest experiment-config base an RPC worker can import
-    by ``module.__name__`` (areal/infra/rpc/serialization.py:290-336)."""
+    by ``module.__name__`` (areal/infra/rpc/serialization.py:290-336 in 1.0.4 and
+    2.0.0)."""
     import importlib
 
     from areal.api.cli_args import BaseExperimentConfig
@@ -495,7 +525,8 @@ def send_importable_config(scheduler: Any, config) -> type | None:
 
     AReaL's schedulers send ``exp_config`` to every worker's ``/configure``
     (infra/scheduler/local.py:1008-1030), which rebuilds it by import path and
-    reads ``seed`` (infra/rpc/guard/engine_blueprint.py:212-219). A class from
+    reads ``seed`` (infra/rpc/guard/engine_blueprint.py:212-219; both locations
+    the same in 1.0.4 and 2.0.0). A class from
     the script's ``__main__`` cannot be imported there and comes back as a dict,
     so the worker fails. Workers then get the fields of its nearest importable
     base; returns that base when a substitution was made.
@@ -510,18 +541,20 @@ def send_importable_config(scheduler: Any, config) -> type | None:
 
 
 def run_rpc_server() -> None:
-    """areal/infra/rpc/rpc_server.py:33 main: the RPC worker's server, reading
-    its own command line (the scheduling spec's ``cmd`` plus the scheduler's)."""
+    """areal/infra/rpc/rpc_server.py:33 (1.0.4 and 2.0.0) main: the RPC worker's
+    server, reading its own command line (the scheduling spec's ``cmd`` plus the
+    scheduler's)."""
     from areal.infra.rpc import rpc_server
 
     rpc_server.main()
 
 
 # -- Ray (scheduler.type: ray) ---------------------------------------------------------------
-# RayScheduler starts workers as Ray actors (areal/infra/scheduler/ray.py:191-200):
-# SchedulingSpec.cmd is never run, env_vars reach them through the runtime env. Ray
-# runs the function named by this variable in each worker process before any actor
-# (ray/_private/workers/default_worker.py:313-320; ray_constants.py:674).
+# RayScheduler starts workers as Ray actors (areal/infra/scheduler/ray.py:191-200
+# (1.0.4, 2.0.0)): SchedulingSpec.cmd is never run, env_vars reach them through the
+# runtime env. Ray runs the function named by this variable in each worker process
+# before any actor (ray/_private/workers/default_worker.py:313-320;
+# ray_constants.py:674; Ray's own files, ray 2.60.0 with either AReaL).
 RAY_WORKER_SETUP_HOOK_ENV = "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"
 # AReaL's default (30 s) for worker start-up counts a worker's import of torch and
 # AReaL; on a busy machine that takes longer.
@@ -529,12 +562,13 @@ RAY_MIN_STARTUP_TIMEOUT = 180.0
 
 
 def is_ray_scheduler(scheduler: Any) -> bool:
-    """areal/infra/scheduler/ray.py RayScheduler."""
+    """areal/infra/scheduler/ray.py:58 (1.0.4 and 2.0.0) RayScheduler."""
     return type(scheduler).__name__ == "RayScheduler"
 
 
 def lengthen_ray_startup(scheduler: Any) -> None:
-    """RayScheduler.startup_timeout (ray.py:61-68): at least RAY_MIN_STARTUP_TIMEOUT."""
+    """RayScheduler.startup_timeout (ray.py:61-68 in 1.0.4 and 2.0.0): at least
+    RAY_MIN_STARTUP_TIMEOUT."""
     if is_ray_scheduler(scheduler):
         current = getattr(scheduler, "startup_timeout", 0) or 0
         scheduler.startup_timeout = max(current, RAY_MIN_STARTUP_TIMEOUT)
@@ -550,7 +584,8 @@ def ray_connected() -> bool:
 def recover_paths(config, trial: str, names: list[str]) -> tuple[str, dict[str, str]]:
     """(recover info dir, {model name: recover checkpoint dir}) of a trial:
     areal/utils/recover.py:168 RecoverHandler.recover_info_path and
-    areal/utils/saver.py:79 Saver.get_recover_checkpoint_path."""
+    areal/utils/saver.py:79 Saver.get_recover_checkpoint_path (both the same in
+    1.0.4 and 2.0.0)."""
     from areal.utils.recover import RecoverHandler
     from areal.utils.saver import Saver
 
@@ -568,7 +603,8 @@ DATALOADER_INFO = "dataloader_info.pkl"
 def write_dataloader_state(info_dir: str, state: dict, world_size: int) -> None:
     """Set the dataloader state a recover checkpoint restores.
 
-    AReaL's RecoverInfo (areal/utils/recover.py:91, :125) writes and reads
+    AReaL's RecoverInfo (areal/utils/recover.py:91, :125 in 1.0.4 and 2.0.0)
+    writes and reads
     ``dataloader_info.pkl`` with pickle itself, one entry per rank in SPMD mode;
     areal-debug writes only plain JSON values into it.
     """
@@ -578,8 +614,9 @@ def write_dataloader_state(info_dir: str, state: dict, world_size: int) -> None:
 
 # -- allocation strings ------------------------------------------------------------------
 def parse_allocation(alloc: str):
-    """areal/api/alloc_mode.py:383 _AllocationMode.from_str (deprecation
-    warnings silenced); raises what AReaL raises on a bad string."""
+    """areal/api/alloc_mode.py:383 (1.0.4 and 2.0.0) _AllocationMode.from_str
+    (:423; deprecation warnings silenced); raises what AReaL raises on a bad
+    string."""
     from areal.api.alloc_mode import _AllocationMode
 
     with warnings.catch_warnings():
@@ -595,7 +632,9 @@ def allocation_train_world_size(alloc: str) -> int:
 def compose_config(args: list[str], config_cls):
     """What AReaL's ``load_expr_config`` builds from ``args`` (``--config`` and
     overrides), without saving ``config.yaml`` into the run's log directory as it
-    does: for tools that only read a config (``areal-debug doctor``)."""
+    does: for tools that only read a config (``areal-debug doctor``).
+    (api/cli_args.py parse_cli_args :3020, to_structured_cfg :3080 in 1.0.4;
+    :3169, :3229 in 2.0.0.)"""
     from areal.api.cli_args import parse_cli_args, to_structured_cfg
     from omegaconf import OmegaConf
 
@@ -606,7 +645,8 @@ def compose_config(args: list[str], config_cls):
 # -- launchers ----------------------------------------------------------------------------
 def parse_launcher_cli_args(argv: list[str]):
     """The raw config AReaL's launchers compose (areal/infra/launcher/local.py
-    parse_cli_args)."""
+    parse_cli_args, imported at :21 from api/cli_args.py:3020 in 1.0.4, :3169 in
+    2.0.0)."""
     from areal.infra.launcher import local as areal_local
 
     return areal_local.parse_cli_args(argv)[0]
@@ -620,8 +660,8 @@ def device_control_env_var() -> str:
 
 
 def cpu_safe_local_launcher_class():
-    """AReaL's LocalLauncher (areal/infra/launcher/local.py:88) with two CPU
-    problems fixed, nothing else changed.
+    """AReaL's LocalLauncher (areal/infra/launcher/local.py:87 in 1.0.4, 88 in
+    2.0.0) with two CPU problems fixed, nothing else changed.
 
     1. ``CpuPlatform.device_control_env_var`` is empty, so AReaL emits
        ``=0 stdbuf ...`` and the shell fails: on CPU no device variable is set.
@@ -630,8 +670,9 @@ def cpu_safe_local_launcher_class():
        as ``JobException(COMPLETED)``: run it under ``bash -o pipefail`` and keep
        the Popen, so the real exit status can be read.
 
-    ``submit_array`` mirrors LocalLauncher.submit_array (local.py:121) and its
-    private ``_jobs``, ``_job_counter``, ``_gpu_devices``, ``_gpu_counter``.
+    ``submit_array`` mirrors LocalLauncher.submit_array (local.py:121 in 1.0.4,
+    122 in 2.0.0) and its private ``_jobs``, ``_job_counter``, ``_gpu_devices``,
+    ``_gpu_counter``.
     """
     from areal.infra.launcher import local as areal_local
 
@@ -679,7 +720,8 @@ def cpu_safe_local_launcher_class():
 
 
 def job_exception_types():
-    """(JobException, JobState) of areal/infra/utils/launcher.py."""
+    """(JobException, JobState) of areal/infra/utils/launcher.py (:180, :168 in
+    1.0.4; :181, :169 in 2.0.0)."""
     from areal.infra.utils.launcher import JobException, JobState
 
     return JobException, JobState
@@ -700,12 +742,15 @@ def _launcher_module(kind: str):
 
 def launcher_class(kind: str):
     """The launcher class AReaL's ``<kind>_main`` instantiates
-    (areal/infra/launcher/{local,ray,slurm}.py), read at call time."""
+    (areal/infra/launcher/{local,ray,slurm}.py: LocalLauncher :87, RayLauncher
+    :80, SlurmLauncher :52 in 1.0.4; :88, :81, :53 in 2.0.0), read at call time."""
     return getattr(_launcher_module(kind), LAUNCHER_CLASS_ATTR[kind])
 
 
 def run_launcher_main(kind: str, config, argv: list[str], launcher_cls=None):
-    """Run AReaL's ``<kind>_main(config, run_id=0)`` as if started with ``argv``.
+    """Run AReaL's ``<kind>_main(config, run_id=0)`` as if started with ``argv``
+    (local_main, ray_main, slurm_main: local.py:270, ray.py:348, slurm.py:410 in
+    1.0.4; :271, :349, :411 in 2.0.0).
 
     AReaL builds every job's command line from ``sys.argv``, so the argv is put
     there (shell-quoted) for the duration; ``launcher_cls`` replaces the module's

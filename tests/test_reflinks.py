@@ -2,8 +2,8 @@
 """Kept recover checkpoints on a filesystem with reflinks: no second copy on disk,
 and still independent of AReaL's in-place rewrite of its checkpoint.
 
-Runs on a loop-mounted XFS (root and mkfs.xfs: ``make test`` installs xfsprogs
-where it runs as root); skipped, saying why, elsewhere.
+Runs on a loop-mounted XFS (root and mkfs.xfs: ``.ci/run`` installs xfsprogs;
+``make test`` installs nothing on the system); skipped, saying why, elsewhere.
 """
 
 import hashlib
