@@ -4,9 +4,9 @@
 Each entry names the AReaL file it mirrors and its location in both supported
 wheels (1.0.4 and 2.0.0); ``tests/test_areal_contract.py`` checks every entry
 against the installed AReaL, so a release that moves one fails that test, naming
-it, instead of a training run on a cluster. Public, documented
-API (``PPOTrainer``, ``PPOConfig``, ``load_expr_config``, ``areal.utils.logging``)
-is imported where it is used.
+it, instead of a training run on a cluster. Public, documented API
+(``PPOTrainer``, ``PPOConfig``, ``load_expr_config``, ``areal.utils.logging``) is
+imported where it is used.
 """
 
 from __future__ import annotations
@@ -307,8 +307,8 @@ def stats_log_dir(trainer: PPOTrainer) -> str:
 # -- where a PPO step's stages can be watched (SPMD: the engines are in-process) ----------
 # PPOTrainer.train (rl_trainer.py:633-722 (1.0.4), :645-734 (2.0.0)) calls these
 # on its engines, in this order; PPOActor._ppo_update (trainer/ppo/actor.py:345
-# (1.0.4), :356 (2.0.0)) calls the actor engine's
-# train_batch(mb, loss_fn=..., loss_weight_fn=...) once per mini-batch, and
+# (1.0.4), :356 (2.0.0)) calls the actor engine's train_batch(mb, loss_fn=...,
+# loss_weight_fn=...) once per mini-batch, and
 # FSDPEngine.train_batch (engine/fsdp_engine.py:760 (1.0.4, 2.0.0)) calls loss_fn
 # once per micro-batch and then self.optimizer_step(), which clips the gradients
 # first.
@@ -604,9 +604,8 @@ def write_dataloader_state(info_dir: str, state: dict, world_size: int) -> None:
     """Set the dataloader state a recover checkpoint restores.
 
     AReaL's RecoverInfo (areal/utils/recover.py:91, :125 in 1.0.4 and 2.0.0)
-    writes and reads
-    ``dataloader_info.pkl`` with pickle itself, one entry per rank in SPMD mode;
-    areal-debug writes only plain JSON values into it.
+    writes and reads ``dataloader_info.pkl`` with pickle itself, one entry per rank
+    in SPMD mode; areal-debug writes only plain JSON values into it.
     """
     with open(os.path.join(info_dir, DATALOADER_INFO), "wb") as f:
         pickle.dump([state] * world_size, f)

@@ -53,6 +53,9 @@ class Example:
     # Rows per trajectory entry: gconfig.n_samples, times up to max_turns where
     # each turn is exported as a row of its own (export_style individual).
     rows: tuple[int, int]
+    # Rewards a row can carry: the math-verify reward (0 or 1), and for a turn
+    # before the last, the last turn's discounted by 0.9 (apply_reward_discount).
+    rewards: tuple[float, ...]
     proxy: bool  # the workflow is an agent class behind AReaL's proxy
 
 
@@ -63,6 +66,7 @@ EXAMPLES = {
         "gsm8k-grpo-cpu",
         4,
         (2, 2),
+        (0.0, 1.0),
         proxy=True,
     ),
     "multi-turn": Example(
@@ -71,6 +75,7 @@ EXAMPLES = {
         "gsm8k-grpo-mt-cpu",
         4,
         (2, 4),
+        (0.0, 0.9, 1.0),
         proxy=False,
     ),
 }
@@ -120,7 +125,8 @@ def test_dump_records_each_step_of_the_example(gsm8k_workdir, example, dump_log)
         for traj in batch:
             low, high = example.rows
             assert low <= traj["input_ids"].shape[0] <= high
-            assert set(traj["rewards"].flatten().tolist()) <= {0.0, 1.0}
+            for reward in traj["rewards"].flatten().tolist():
+                assert min(abs(reward - r) for r in example.rewards) < 1e-6, reward
             assert traj["loss_mask"].sum() > 0
 
 

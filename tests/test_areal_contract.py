@@ -503,7 +503,9 @@ def test_both_release_lines_are_accepted(version, monkeypatch):
     assert areal_compat.check_areal_version(version) == version
 
 
-@pytest.mark.parametrize("version", ["1.0.3", "1.1.0", "0.9.2", "1.9.9", "2.1.0", "3.0"])
+@pytest.mark.parametrize(
+    "version", ["1.0.3", "1.1.0", "0.9.2", "1.9.9", "2.1.0", "3.0"]
+)
 def test_unsupported_areal_is_refused_with_one_message(version, monkeypatch):
     monkeypatch.delenv(areal_compat.ALLOW_ANY_VERSION_ENV, raising=False)
     with pytest.raises(areal_compat.UnsupportedArealError) as e:
