@@ -6,7 +6,7 @@
 #                (marker each_areal): contract, SPMD and single-controller
 #                dump/replay, that AReaL's own example scripts
 #   make demo    set up if needed, then record and replay a real GRPO run on CPU
-#   make lint    ruff over the package, tests and benchmarks
+#   make lint    ruff over the package, tests and benchmarks; the import layers
 #   make reliability  the whole reliability suite (crashes, hostile files, ...) and its table
 PYTHON ?= python3
 # The AReaL release to install (by name, from whatever index or --find-links
@@ -52,8 +52,10 @@ demo: setup
 lint: setup
 	$(PY) -m ruff check areal_debug tests benchmarks examples reliability
 	$(PY) -m ruff format --check areal_debug tests benchmarks examples reliability
+	$(VENV)/bin/lint-imports
 
 bench: setup
+	$(PY) benchmarks/cli_startup.py
 	$(PY) benchmarks/dump_overhead.py
 	$(PY) benchmarks/kept_checkpoint_disk.py
 	OMP_NUM_THREADS=1 $(PY) benchmarks/compression.py

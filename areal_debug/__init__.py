@@ -16,7 +16,7 @@ _EXPORTS = {
     "debug_config_of": "areal_debug.config",
     "load_expr_config": "areal_debug.config",
     "DebugPPOTrainer": "areal_debug.trainer",
-    "ReplayDataLoader": "areal_debug.replay_loader",
+    "ReplayDataLoader": "areal_debug.modes.replay_loader",
 }
 
 __all__ = sorted(_EXPORTS)

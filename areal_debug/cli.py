@@ -22,9 +22,9 @@ import json
 import os
 import sys
 
-from areal_debug.recording_lock import describe
-from areal_debug.store_format import STATS, RecordingError, step_dirname
-from areal_debug.store_reader import RecordingReader, format_ranges
+from areal_debug.recording.format import STATS, RecordingError, step_dirname
+from areal_debug.recording.lock import describe
+from areal_debug.recording.reader import RecordingReader, format_ranges
 
 
 def cmd_inspect(args) -> int:

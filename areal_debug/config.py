@@ -9,14 +9,14 @@ from dataclasses import dataclass, field
 
 from areal.api.cli_args import GRPOConfig, PPOConfig
 
-from areal_debug.anomaly import parse_threshold
-from areal_debug.retention import parse_steps
-from areal_debug.stage_digest import TOKEN_STAGES
-from areal_debug.store_format import (
+from areal_debug.recording.anomaly import parse_threshold
+from areal_debug.recording.format import (
     DEFAULT_ZSTD_LEVEL,
     DEFAULT_ZSTD_THREADS,
     ZSTD_LEVELS,
 )
+from areal_debug.recording.retention import parse_steps
+from areal_debug.stages.names import TOKEN_STAGES
 
 # Directory name of a recording under <fileroot>/<experiment>/<trial>/. Chosen so
 # it cannot be mistaken for AReaL's own `rollout.dump_to_file` JSONL output,

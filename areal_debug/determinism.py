@@ -46,7 +46,7 @@ def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
 
 # -- RPC workers (single-controller mode) ---------------------------------------------
 RPC_SERVER_MODULE = "areal.infra.rpc.rpc_server"
-WORKER_MODULE = "areal_debug.deterministic_worker"
+WORKER_MODULE = "areal_debug.single_controller.deterministic_worker"
 # Where each worker started through WORKER_MODULE writes the settings it runs with.
 WORKER_REPORT_ENV = "AREAL_DEBUG_WORKER_SETTINGS_DIR"
 # The experiment's engines whose workers train or serve (config attribute paths;

@@ -28,9 +28,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from figures import figure  # noqa: E402
 from rlvr_batch import padded_rlvr_batch  # noqa: E402
 
-from areal_debug.store_format import DEFAULT_ZSTD_LEVEL  # noqa: E402
-from areal_debug.store_reader import RecordingReader  # noqa: E402
-from areal_debug.store_writer import RecordingWriter, write_manifest  # noqa: E402
+from areal_debug.recording.format import DEFAULT_ZSTD_LEVEL  # noqa: E402
+from areal_debug.recording.reader import RecordingReader  # noqa: E402
+from areal_debug.recording.writer import RecordingWriter, write_manifest  # noqa: E402
 
 LEVELS = (-3, -1, 1, 3, 6, 10)
 

@@ -38,7 +38,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from figures import figure  # noqa: E402
 
-from areal_debug.store_writer import RecordingWriter, write_manifest  # noqa: E402
+from areal_debug.recording.writer import RecordingWriter, write_manifest  # noqa: E402
 
 PATHS = (("accelerator", False), ("cpu", True))
 

@@ -36,7 +36,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from dump_overhead import rlvr_batch  # noqa: E402
 from figures import figure  # noqa: E402
 
-from areal_debug.rtensor_bridge import BatchFetcher, localized_copy  # noqa: E402
+from areal_debug.single_controller.rtensor_bridge import (  # noqa: E402
+    BatchFetcher,
+    localized_copy,
+)
 
 NODE = """
 import sys

@@ -24,7 +24,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from figures import figure  # noqa: E402
 
-from areal_debug.checkpoints import _TreeCopy  # noqa: E402
+from areal_debug.recording.checkpoints import _TreeCopy  # noqa: E402
 from areal_debug.testing import (  # noqa: E402
     ReflinkFilesystemUnavailable,
     used_bytes,

@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from figures import figure  # noqa: E402
 
-from areal_debug.store_format import STAGES_FILE, STATS  # noqa: E402
+from areal_debug.recording.format import STAGES_FILE, STATS  # noqa: E402
 
 TRAIN_TIMINGS = (
     "timeperf/recompute_logp",

@@ -10,9 +10,9 @@ import os
 import signal
 
 from areal_debug.cli import main as cli
-from areal_debug.recording_lock import RecordingLock, writer_of
-from areal_debug.store_format import RecordingError
-from areal_debug.store_reader import RecordingReader
+from areal_debug.recording.format import RecordingError
+from areal_debug.recording.lock import RecordingLock, writer_of
+from areal_debug.recording.reader import RecordingReader
 from reliability import recording
 from reliability.crash import end, start_child
 from reliability.tally import Tally

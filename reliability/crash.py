@@ -21,9 +21,9 @@ import sys
 import time
 
 from areal_debug.cli import main as cli
-from areal_debug.recording_lock import writer_of
-from areal_debug.store_format import RecordingError
-from areal_debug.store_reader import RecordingReader
+from areal_debug.recording.format import RecordingError
+from areal_debug.recording.lock import writer_of
+from areal_debug.recording.reader import RecordingReader
 from reliability import recording
 from reliability.dump_child import POINTS
 from reliability.tally import Tally

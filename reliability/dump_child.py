@@ -23,12 +23,17 @@ import sys
 import time
 from types import SimpleNamespace
 
-from areal_debug import checkpoints, payload_process
 from areal_debug.areal_compat import recover_paths
-from areal_debug.recording_lock import RecordingLock
-from areal_debug.retention import RetentionPolicy
-from areal_debug.store_format import PayloadSink, kept_steps
-from areal_debug.store_writer import supersede_steps, sweep_leftovers, write_manifest
+from areal_debug.recording import checkpoints, payload_process
+from areal_debug.recording.codecs import PayloadSink
+from areal_debug.recording.format import kept_steps
+from areal_debug.recording.lock import RecordingLock
+from areal_debug.recording.retention import RetentionPolicy
+from areal_debug.recording.writer import (
+    supersede_steps,
+    sweep_leftovers,
+    write_manifest,
+)
 from reliability import recording
 
 # Where a kill can land: the function it interrupts, and which calls count.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import random
 
-from areal_debug.store_reader import RecordingReader
+from areal_debug.recording.reader import RecordingReader
 from reliability.crash import STEPS, check, end, start_child
 from reliability.tally import Tally
 

@@ -28,8 +28,8 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from areal_debug.cli import main as cli
-from areal_debug.packed_payload import pack
-from areal_debug.store_format import (
+from areal_debug.recording.codecs import sha256_bytes
+from areal_debug.recording.format import (
     MANIFEST,
     RNG,
     STAGE_TENSORS,
@@ -37,14 +37,14 @@ from areal_debug.store_format import (
     STATS,
     STEP_META,
     RecordingError,
-    sha256_bytes,
     shard_meta_name,
     shard_payload_name,
     step_dirname,
     stopped_marker_name,
     teacher_payload_name,
 )
-from areal_debug.store_writer import save_payload
+from areal_debug.recording.packed_payload import pack
+from areal_debug.recording.writer import save_payload
 from reliability import recording
 from reliability.tally import Tally
 

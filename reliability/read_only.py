@@ -20,8 +20,8 @@ import sys
 import tempfile
 import time
 
-from areal_debug.store_format import STEP_META, step_dirname
-from areal_debug.store_reader import RecordingReader
+from areal_debug.recording.format import STEP_META, step_dirname
+from areal_debug.recording.reader import RecordingReader
 from reliability.crash import STEPS, check, end
 from reliability.tally import Tally
 

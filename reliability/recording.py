@@ -8,10 +8,10 @@ from typing import Any
 
 import torch
 
-from areal_debug import rng_state
-from areal_debug.store_format import FORMAT_VERSION, RecordingError
-from areal_debug.store_reader import RecordingReader
-from areal_debug.store_writer import RecordingWriter, write_manifest
+from areal_debug.modes import rng_state
+from areal_debug.recording.format import FORMAT_VERSION, RecordingError
+from areal_debug.recording.reader import RecordingReader
+from areal_debug.recording.writer import RecordingWriter, write_manifest
 
 NUM_SHARDS = 2
 STEPS = (0, 1)

@@ -20,7 +20,7 @@ from support.harness import recording_dir, replay_report
 from support.online_client import OnlineClient
 from support.scripts import env_for, processes_of, run_script
 
-from areal_debug.store_reader import RecordingReader
+from areal_debug.recording.reader import RecordingReader
 
 pytestmark = pytest.mark.areal
 

@@ -24,9 +24,9 @@ from support.recordings import (
     SPMD_D2_STEPS,
 )
 
-from areal_debug.stats_comparison import training_stats
-from areal_debug.store_format import LOCK_FILE, shard_payload_name, step_dirname
-from areal_debug.store_reader import RecordingReader
+from areal_debug.compare.statistics import training_stats
+from areal_debug.recording.format import LOCK_FILE, shard_payload_name, step_dirname
+from areal_debug.recording.reader import RecordingReader
 
 pytestmark = pytest.mark.areal
 
@@ -119,7 +119,7 @@ def test_replay_is_bitwise_identical_at_two_processes(spmd_d2):
 
 
 def test_recording_holds_the_committed_statistics(spmd_d1):
-    from areal_debug.store_reader import RecordingReader
+    from areal_debug.recording.reader import RecordingReader
 
     reader = RecordingReader(spmd_d1.path)
     assert reader.available_steps() == list(range(SPMD_D1_STEPS))
@@ -133,7 +133,7 @@ def test_recording_holds_the_committed_statistics(spmd_d1):
 
 
 def test_two_heads_record_one_shard_each(spmd_d2):
-    from areal_debug.store_reader import RecordingReader
+    from areal_debug.recording.reader import RecordingReader
 
     reader = RecordingReader(spmd_d2.path)
     meta = reader.step_meta(0)

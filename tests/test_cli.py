@@ -6,7 +6,7 @@ import os
 from test_store import record, traj
 
 from areal_debug.cli import main
-from areal_debug.store_format import STEP_META, shard_payload_name, step_dirname
+from areal_debug.recording.format import STEP_META, shard_payload_name, step_dirname
 
 
 def test_inspect_lists_steps(tmp_path, capsys):
@@ -57,3 +57,42 @@ def test_verify_shows_progress_only_to_a_person(tmp_path, capsys, monkeypatch):
     assert capsys.readouterr().out.endswith(
         "6/6 files of 3 steps verified; 0 problem(s).\n"
     )
+
+
+FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "recording-v1")
+
+
+def modules_after(argv: list[str]) -> dict:
+    """Run ``areal-debug ARGV`` in a fresh interpreter; which heavy packages it loaded."""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys\n"
+        "from areal_debug.cli import main\n"
+        "try:\n"
+        f"    rc = main({argv!r})\n"
+        "except SystemExit as e:\n"  # --help
+        "    rc = e.code\n"
+        "print(json.dumps({'rc': rc, 'torch': 'torch' in sys.modules,"
+        " 'areal': 'areal' in sys.modules}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_metadata_commands_import_neither_areal_nor_torch(tmp_path):
+    """--help, ls and inspect read JSON only: they start in a fraction of a second
+    (make bench: cli_help_seconds, cli_ls_seconds) because they load neither."""
+    import shutil
+
+    recording = tmp_path / "tiny" / "t0" / "areal_debug_recording"
+    shutil.copytree(FIXTURE, recording)
+    for argv in (["--help"], ["ls", str(tmp_path)], ["inspect", str(recording)]):
+        assert modules_after(argv) == {"rc": 0, "torch": False, "areal": False}, argv
+    # What reads a payload loads torch (and still not AReaL).
+    shown = modules_after(["show", str(recording), "--step", "0"])
+    assert shown == {"rc": 0, "torch": True, "areal": False}

@@ -13,8 +13,8 @@ from support.harness import run_logged
 from test_cli_inspect import flip_reward, rewrite_payload
 
 from areal_debug.cli import main
-from areal_debug.store_format import MANIFEST, step_dirname
-from areal_debug.store_reader import RecordingReader
+from areal_debug.recording.format import MANIFEST, step_dirname
+from areal_debug.recording.reader import RecordingReader
 
 pytestmark = pytest.mark.areal
 

@@ -17,15 +17,11 @@ from support.recordings import DROPOUT, SPMD_D1_STEPS
 from test_store import record, traj
 
 from areal_debug.cli import main
-from areal_debug.packed_payload import pack
-from areal_debug.store_format import (
-    STEP_META,
-    atomic_write_json,
-    shard_meta_name,
-    step_dirname,
-)
-from areal_debug.store_reader import RecordingReader
-from areal_debug.store_writer import save_payload
+from areal_debug.recording.atomic import atomic_write_json
+from areal_debug.recording.format import STEP_META, shard_meta_name, step_dirname
+from areal_debug.recording.packed_payload import pack
+from areal_debug.recording.reader import RecordingReader
+from areal_debug.recording.writer import save_payload
 
 CONFIG = os.path.join(os.path.dirname(__file__), "configs", "tiny_fake.yaml")
 

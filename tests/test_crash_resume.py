@@ -24,8 +24,8 @@ from support.harness import (
 )
 
 from areal_debug.cli import main as cli
-from areal_debug.store_format import STEP_META, step_dirname
-from areal_debug.store_reader import RecordingReader
+from areal_debug.recording.format import STEP_META, step_dirname
+from areal_debug.recording.reader import RecordingReader
 
 STEPS = 5
 DUMP = [

@@ -19,7 +19,7 @@ import pytest
 from support.harness import recording_dir, replay_report, run_logged
 from support.scripts import env_for, processes_of, script_path, write_gsm8k
 
-from areal_debug.store_reader import RecordingReader
+from areal_debug.recording.reader import RecordingReader
 
 pytestmark = pytest.mark.areal
 

@@ -16,7 +16,7 @@ import pytest
 from support.harness import recording_dir, replay_report
 from support.scripts import env_for, processes_of, run_script
 
-from areal_debug.store_reader import RecordingReader
+from areal_debug.recording.reader import RecordingReader
 
 pytestmark = pytest.mark.areal
 

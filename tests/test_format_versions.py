@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from support.harness import recording_dir, replay_report, run_torchrun
 
-from areal_debug.store_format import FORMAT_VERSION
-from areal_debug.store_reader import RecordingReader
+from areal_debug.recording.format import FORMAT_VERSION
+from areal_debug.recording.reader import RecordingReader
 
 V1 = Path(__file__).parent / "fixtures" / "recording-v1"
 

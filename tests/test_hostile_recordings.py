@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from areal_debug.cli import main as cli
-from areal_debug.store_format import (
+from areal_debug.recording.format import (
     MANIFEST,
     STATS,
     STEP_META,
@@ -19,8 +19,8 @@ from areal_debug.store_format import (
     shard_payload_name,
     step_dirname,
 )
-from areal_debug.store_reader import RecordingReader
-from areal_debug.store_writer import save_payload
+from areal_debug.recording.reader import RecordingReader
+from areal_debug.recording.writer import save_payload
 from reliability import hostile, recording
 
 

@@ -13,12 +13,16 @@ import time
 import pytest
 import torch
 
-from areal_debug import payload_process
-from areal_debug.packed_payload import pack, plan, unpack
-from areal_debug.payload_process import PayloadProcess, describe_packed, save_payload
-from areal_debug.store_format import RecordingError
-from areal_debug.store_reader import RecordingReader
-from areal_debug.store_writer import RecordingWriter, write_manifest
+from areal_debug.recording import payload_process
+from areal_debug.recording.format import RecordingError
+from areal_debug.recording.packed_payload import pack, plan, unpack
+from areal_debug.recording.payload_process import (
+    PayloadProcess,
+    describe_packed,
+    save_payload,
+)
+from areal_debug.recording.reader import RecordingReader
+from areal_debug.recording.writer import RecordingWriter, write_manifest
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
@@ -159,8 +163,8 @@ def test_its_errors_come_back_with_their_errno_and_it_serves_on(
 
 PARENT = """
 import sys, time, torch
-from areal_debug.packed_payload import pack
-from areal_debug.payload_process import PayloadProcess
+from areal_debug.recording.packed_payload import pack
+from areal_debug.recording.payload_process import PayloadProcess
 p = PayloadProcess()
 p.store(sys.argv[1], pack([{"x": torch.arange(10)}]), "zstd", 1, False)
 print(p._proc.pid, flush=True)

@@ -21,7 +21,7 @@ import psutil
 import pytest
 from support.harness import recording_dir, replay_report, run_logged
 
-from areal_debug.store_reader import RecordingReader
+from areal_debug.recording.reader import RecordingReader
 from areal_debug.testing import end_process, example_command, run_env, start_server
 
 pytestmark = pytest.mark.areal

@@ -14,9 +14,9 @@ import torch
 from support.harness import recording_dir, replay_report, run_torchrun
 
 from areal_debug.config import DebugConfig
-from areal_debug.recorded_ref_logp import RecordedRefLogp, ref_logp_tensors
-from areal_debug.store_format import RecordingError
-from areal_debug.store_reader import RecordingReader
+from areal_debug.recording.format import RecordingError
+from areal_debug.recording.reader import RecordingReader
+from areal_debug.stages.recorded_ref_logp import RecordedRefLogp, ref_logp_tensors
 
 STEPS = 2
 # The fake-engine YAML has no reference model: one colocated with the actor.

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from areal_debug.checkpoints import _TreeCopy
+from areal_debug.recording.checkpoints import _TreeCopy
 from areal_debug.testing import ReflinkFilesystemUnavailable, used_bytes, xfs_mount
 
 SIZE = 64 << 20

@@ -5,9 +5,9 @@ families run in tests/test_hostile_recordings.py."""
 
 from __future__ import annotations
 
-from areal_debug.recording_lock import RecordingLock, writer_of
-from areal_debug.store_format import RecordingError
-from areal_debug.store_writer import sweep_leftovers
+from areal_debug.recording.format import RecordingError
+from areal_debug.recording.lock import RecordingLock, writer_of
+from areal_debug.recording.writer import sweep_leftovers
 from reliability import concurrent, crash, full_disk, read_only
 
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 from test_store import record, traj
 
-from areal_debug.engines import RecordingEngine, ReplayEngine
-from areal_debug.replay_loader import ReplayDataLoader
-from areal_debug.store_reader import RecordingReader
+from areal_debug.modes.engines import RecordingEngine, ReplayEngine
+from areal_debug.modes.replay_loader import ReplayDataLoader
+from areal_debug.recording.reader import RecordingReader
 
 
 @pytest.fixture
@@ -108,7 +108,7 @@ def test_replay_skips_evaluation_with_one_log_line():
 
     from areal_debug.modes import replay as replay_module
     from areal_debug.modes.replay import ReplayMode
-    from areal_debug.topology import SpmdTopology
+    from areal_debug.modes.topology import SpmdTopology
 
     records = []
     handler = logging.Handler()

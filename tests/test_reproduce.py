@@ -150,7 +150,7 @@ def test_fail_on_divergence_stops_with_a_nonzero_exit(spmd_d1):
 
 
 def test_start_step_restores_the_kept_checkpoint_and_replays_bitwise(spmd_d1):
-    from areal_debug import checkpoints
+    from areal_debug.recording import checkpoints
 
     # Every checkpoint AReaL overwrote is still there, kept with the recording.
     assert checkpoints.kept_steps(spmd_d1.path) == [0, 1, 2, 3, 4]

@@ -6,16 +6,16 @@ import os
 import pytest
 import torch
 
-from areal_debug.checkpoints import KEPT
-from areal_debug.retention import (
+from areal_debug.recording.checkpoints import KEPT
+from areal_debug.recording.format import step_dirname
+from areal_debug.recording.reader import RecordingReader
+from areal_debug.recording.retention import (
     DELETING_PREFIX,
     RetentionPolicy,
     parse_steps,
     plan,
 )
-from areal_debug.store_format import step_dirname
-from areal_debug.store_reader import RecordingReader
-from areal_debug.store_writer import RecordingWriter, write_manifest
+from areal_debug.recording.writer import RecordingWriter, write_manifest
 
 
 def test_step_specs_parse_and_bad_ones_say_how_to_write_them():
@@ -117,7 +117,7 @@ def test_the_writer_keeps_exactly_what_the_policy_says(tmp_path):
 
 
 def test_anomaly_triggers_name_what_fired():
-    from areal_debug.anomaly import AnomalyDetector
+    from areal_debug.recording.anomaly import AnomalyDetector
 
     d = AnomalyDetector(10.0, ["ppo_actor/task_reward/avg < 0.05"])
     normal = {
@@ -174,7 +174,7 @@ def test_an_anomaly_pin_outlives_the_ring_buffer(tmp_path):
 
 
 def test_kept_checkpoint_files_are_independent_of_the_in_place_rewrite(tmp_path):
-    from areal_debug.checkpoints import _reflink, _TreeCopy
+    from areal_debug.recording.checkpoints import _reflink, _TreeCopy
 
     src = tmp_path / "ckpt"
     src.mkdir()
@@ -206,7 +206,7 @@ def test_a_long_run_keeps_its_budget_and_pinned_steps_replay_bitwise(
     from support.harness import recording_dir, replay_report, run_torchrun
     from support.recordings import _workdir
 
-    from areal_debug.checkpoints import kept_steps
+    from areal_debug.recording.checkpoints import kept_steps
 
     d = _workdir(tmp_path_factory, tiny_assets, "retention")
     dump = run_torchrun(

@@ -27,7 +27,7 @@ from support.harness import (
 )
 from support.recordings import SC_EXPERIMENT, SC_STEPS, SC_TRAIN_D2
 
-from areal_debug.store_reader import RecordingReader
+from areal_debug.recording.reader import RecordingReader
 
 pytestmark = pytest.mark.areal
 

@@ -8,15 +8,15 @@ import threading
 import pytest
 import torch
 
-import areal_debug.rtensor_bridge as sc
+import areal_debug.single_controller.rtensor_bridge as sc
 from areal_debug.areal_compat import rtensor_types
 from areal_debug.areal_compat import train_item_weight as _item_weight
-from areal_debug.rtensor_bridge import (
+from areal_debug.single_controller.rtensor_bridge import (
     REPLAY_NODE,
     as_inline_rtensors,
     without_inline_rtensors,
 )
-from areal_debug.server_attach import server_infos_from_env
+from areal_debug.single_controller.server_attach import server_infos_from_env
 
 RTensor, TensorShardInfo = rtensor_types()
 
@@ -149,8 +149,8 @@ def test_a_failed_fetch_stops_training_at_step_end_with_the_cause(monkeypatch):
 def test_writer_awaits_a_fetched_batch_on_its_own_thread(tmp_path):
     from concurrent.futures import Future
 
-    from areal_debug.store_reader import RecordingReader
-    from areal_debug.store_writer import RecordingWriter, write_manifest
+    from areal_debug.recording.reader import RecordingReader
+    from areal_debug.recording.writer import RecordingWriter, write_manifest
 
     path = str(tmp_path / "rec")
     write_manifest(

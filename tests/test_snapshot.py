@@ -9,10 +9,10 @@ import pytest
 import torch
 from test_store import assert_batches_equal, manifest, traj
 
-from areal_debug.packed_payload import unpack
-from areal_debug.snapshot import ChangedInPlace, PendingCopy, Snapshotter
-from areal_debug.store_reader import RecordingReader
-from areal_debug.store_writer import RecordingWriter, logger, write_manifest
+from areal_debug.recording.packed_payload import unpack
+from areal_debug.recording.reader import RecordingReader
+from areal_debug.recording.snapshot import ChangedInPlace, PendingCopy, Snapshotter
+from areal_debug.recording.writer import RecordingWriter, logger, write_manifest
 
 
 def held_pool() -> tuple[ThreadPoolExecutor, threading.Event]:
@@ -110,7 +110,7 @@ def test_writer_skips_a_changed_step_says_so_and_copies_on_the_thread_after(
 
 
 def test_packing_round_trips_any_container_exactly():
-    from areal_debug.packed_payload import is_packed, pack
+    from areal_debug.recording.packed_payload import is_packed, pack
 
     value = [
         {
@@ -138,7 +138,7 @@ def test_packing_round_trips_any_container_exactly():
 
 
 def test_a_packed_table_pointing_outside_its_buffer_is_refused():
-    from areal_debug.packed_payload import pack
+    from areal_debug.recording.packed_payload import pack
 
     packed = pack([{"x": torch.ones(4)}])
     packed["table"][0, 1] = 2  # offset 2 + 4 elements > 4
@@ -147,7 +147,7 @@ def test_a_packed_table_pointing_outside_its_buffer_is_refused():
 
 
 def test_packed_description_matches_a_per_trajectory_count():
-    from areal_debug.store_format import describe_batch
+    from areal_debug.recording.payload_rules import describe_batch
 
     batch = []
     for i in range(5):

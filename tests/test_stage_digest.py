@@ -9,17 +9,17 @@ import json
 import pytest
 import torch
 
-from areal_debug.replay_report import ReplayReport, TopologyChange
-from areal_debug.stage_comparison import compare_stages, describe
-from areal_debug.stage_digest import (
-    TOKEN_STAGES,
+from areal_debug.compare.report import ReplayReport, TopologyChange
+from areal_debug.compare.statistics import StatsComparison
+from areal_debug.recording.format import STAGES_FILE, RecordingError
+from areal_debug.stages.comparison import compare_stages, describe
+from areal_debug.stages.digest import (
     StageLog,
     digest_hex,
     digest_pair,
     merge_global,
 )
-from areal_debug.stats_comparison import StatsComparison
-from areal_debug.store_format import STAGES_FILE, RecordingError
+from areal_debug.stages.names import TOKEN_STAGES
 
 
 def hexof(t: torch.Tensor, offset: int = 0) -> str:
@@ -62,7 +62,7 @@ def test_shards_sum_to_the_whole_tensors_digest():
 
 
 def test_large_tensors_are_digested_in_chunks_exactly(monkeypatch):
-    from areal_debug import stage_digest
+    from areal_debug.stages import digest as stage_digest
 
     t = torch.randn(10_000)
     whole = hexof(t)
@@ -156,9 +156,9 @@ def test_stages_round_trip_through_the_recording_and_damage_is_named(tmp_path):
 
     from test_store import manifest, traj
 
-    from areal_debug.store_format import STAGE_TENSORS, step_dirname
-    from areal_debug.store_reader import RecordingReader
-    from areal_debug.store_writer import RecordingWriter, write_manifest
+    from areal_debug.recording.format import STAGE_TENSORS, step_dirname
+    from areal_debug.recording.reader import RecordingReader
+    from areal_debug.recording.writer import RecordingWriter, write_manifest
 
     path = str(tmp_path / "rec")
     write_manifest(path, manifest())
@@ -187,8 +187,8 @@ def test_stages_round_trip_through_the_recording_and_damage_is_named(tmp_path):
 
 
 def test_many_tensors_at_once_digest_as_one_at_a_time(monkeypatch):
-    from areal_debug import stage_digest
-    from areal_debug.stage_digest import digest_pairs
+    from areal_debug.stages import digest as stage_digest
+    from areal_debug.stages.digest import digest_pairs
 
     tensors = [
         torch.randn(5, 3),
@@ -207,7 +207,7 @@ def test_many_tensors_at_once_digest_as_one_at_a_time(monkeypatch):
 
 
 def test_a_failing_digest_never_reaches_the_training_step():
-    from areal_debug.stage_probes import StageProbes
+    from areal_debug.stages.probes import StageProbes
 
     probes = StageProbes()
     # A value that is not a tensor is passed through, not digested.

@@ -8,19 +8,18 @@ import os
 import pytest
 import torch
 
-from areal_debug.packed_payload import pack
-from areal_debug.store_format import (
+from areal_debug.recording.codecs import encode_payload, sha256_bytes
+from areal_debug.recording.format import (
     FORMAT_VERSION,
     MANIFEST,
     STEP_META,
     RecordingError,
-    encode_payload,
-    sha256_bytes,
     shard_payload_name,
     step_dirname,
 )
-from areal_debug.store_reader import RecordingReader, format_ranges
-from areal_debug.store_writer import (
+from areal_debug.recording.packed_payload import pack
+from areal_debug.recording.reader import RecordingReader, format_ranges
+from areal_debug.recording.writer import (
     RecordingWriter,
     snapshot_batch,
     supersede_steps,
@@ -292,8 +291,8 @@ def test_a_full_disk_stops_the_recording_where_it_failed(tmp_path, monkeypatch):
     import errno
     import logging
 
-    from areal_debug import store_writer
     from areal_debug.cli import main
+    from areal_debug.recording import writer as store_writer
 
     real = store_writer.save_payload
 
@@ -343,7 +342,7 @@ def test_only_batches_wait_for_the_writer(tmp_path, monkeypatch):
     step's batch waits for a free place."""
     import threading
 
-    from areal_debug import store_writer
+    from areal_debug.recording import writer as store_writer
 
     started, release = threading.Event(), threading.Event()
     real = store_writer.save_payload
@@ -396,8 +395,8 @@ def test_a_stop_after_a_steps_batch_keeps_the_step_and_says_what_it_lacks(
     `inspect` say so instead of calling the step not recorded."""
     import errno
 
-    from areal_debug import store_writer
     from areal_debug.cli import main
+    from areal_debug.recording import writer as store_writer
 
     real = store_writer.atomic_write_json
 
@@ -446,7 +445,7 @@ def test_accelerator_snapshot_copies_containers_not_tensors():
 
 
 def test_policy_version_ignores_prompt_and_padding():
-    from areal_debug.store_format import describe_batch
+    from areal_debug.recording.payload_rules import describe_batch
 
     t = traj(1, group=2, length=6)
     t["versions"] = torch.tensor(
@@ -464,7 +463,7 @@ def test_queued_steps_are_written_when_the_process_exits_without_close(tmp_path)
 
     script = f"""
 import torch
-from areal_debug.store_writer import RecordingWriter, write_manifest
+from areal_debug.recording.writer import RecordingWriter, write_manifest
 from test_store import manifest, traj
 write_manifest({str(tmp_path)!r}, manifest())
 w = RecordingWriter({str(tmp_path)!r}, shard=0, num_shards=1, steps_per_epoch=10,
@@ -489,8 +488,8 @@ for step in range(5):
 def test_teacher_log_probs_complete_the_step_and_load_checked(tmp_path):
     from concurrent.futures import Future
 
-    from areal_debug.engines import ReplayTeacher
-    from areal_debug.store_format import teacher_payload_name
+    from areal_debug.modes.engines import ReplayTeacher
+    from areal_debug.recording.format import teacher_payload_name
 
     TEACHER_LOGP = teacher_payload_name("zstd")
 

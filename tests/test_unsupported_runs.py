@@ -5,8 +5,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from areal_debug.manifest import Layout, Manifest
 from areal_debug.modes.replay import UnsupportedReplayError, _refuse_unsupported
+from areal_debug.recording.manifest import Layout, Manifest
 
 
 def config(teacher=None, agent_mode=None):

@@ -20,7 +20,7 @@ SCRIPT = textwrap.dedent(
     import signal, sys, time, weakref
 
     if {redeliver}:
-        from areal_debug.worker_reaper import WorkerReaper
+        from areal_debug.single_controller.worker_reaper import WorkerReaper
 
         WorkerReaper()
     else:  # Python's own Ctrl-C handler, and a SIGTERM handler like ours

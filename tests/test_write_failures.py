@@ -14,14 +14,14 @@ import textwrap
 
 import pytest
 
-from areal_debug.store_reader import RecordingReader
+from areal_debug.recording.reader import RecordingReader
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
 # Steps of incompressible payloads: 0-1 small, then large ones.
 LOOP = """
 import logging, resource, signal, sys, torch
-from areal_debug.store_writer import RecordingWriter, write_manifest
+from areal_debug.recording.writer import RecordingWriter, write_manifest
 from test_store import manifest
 {limit}
 path = sys.argv[1]
@@ -127,7 +127,7 @@ def test_the_stop_marker_uses_reserved_space_when_nothing_else_fits(
 
     from test_store import manifest, traj
 
-    from areal_debug import store_writer
+    from areal_debug.recording import writer as store_writer
 
     path = str(tmp_path)
     write_manifest = store_writer.write_manifest
@@ -155,8 +155,8 @@ def test_in_a_read_only_directory_the_marker_stays_in_its_reservation(
 
     from test_store import manifest, traj
 
-    from areal_debug import store_writer
-    from areal_debug.store_format import reserved_marker_name, stopped_marker_name
+    from areal_debug.recording import writer as store_writer
+    from areal_debug.recording.format import reserved_marker_name, stopped_marker_name
 
     path = str(tmp_path)
     store_writer.write_manifest(path, manifest())

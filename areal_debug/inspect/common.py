@@ -11,18 +11,17 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
-from areal_debug.replay_report import REPORT_NAME
-from areal_debug.store_format import MANIFEST, RecordingError
+from areal_debug.compare.report import REPORT_NAME
+from areal_debug.recording.format import MANIFEST, RecordingError
 
 T = TypeVar("T")
 
 
 def log():
-    """AReaL's logger for the inspection commands, made on first use: importing
-    AReaL takes seconds, which ls, show, diff and plot do not otherwise need."""
-    from areal.utils import logging
+    """The inspection commands' logger (``areal_debug.logs``: no AReaL import)."""
+    from areal_debug.logs import get_logger
 
-    return logging.getLogger("DebugInspect")
+    return get_logger("DebugInspect")
 
 
 class InspectError(ValueError):

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from areal_debug.compare.statistics import compare_values, training_stats
 from areal_debug.inspect.common import (
     InspectError,
     is_recording,
@@ -18,8 +19,7 @@ from areal_debug.inspect.common import (
     require_path,
     track,
 )
-from areal_debug.stats_comparison import compare_values, training_stats
-from areal_debug.store_reader import RecordingReader, format_ranges
+from areal_debug.recording.reader import RecordingReader, format_ranges
 
 
 @dataclass

@@ -17,15 +17,15 @@ from typing import Any
 
 import torch
 
-from areal_debug.checkpoints import latest_before
 from areal_debug.inspect.common import (
     InspectError,
     first_line,
     human_bytes,
     package_version,
 )
-from areal_debug.store_format import KEPT, dir_bytes, kept_steps, step_dirname
-from areal_debug.store_reader import RecordingReader, format_ranges
+from areal_debug.recording.checkpoints import latest_before
+from areal_debug.recording.format import KEPT, dir_bytes, kept_steps, step_dirname
+from areal_debug.recording.reader import RecordingReader, format_ranges
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 

@@ -28,24 +28,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
-from areal.utils import logging
 
-from areal_debug.checkpoints import KEPT, _TreeCopy, latest_before
 from areal_debug.inspect.common import InspectError, package_version, track
 from areal_debug.inspect.show import check_step
-from areal_debug.manifest import SINGLE_CONTROLLER, Manifest
-from areal_debug.store_format import (
-    MANIFEST,
-    STEP_META,
+from areal_debug.logs import get_logger
+from areal_debug.recording.atomic import (
     atomic_write_bytes,
     atomic_write_json,
     read_json,
-    step_dirname,
 )
-from areal_debug.store_reader import RecordingReader, format_ranges
-from areal_debug.store_writer import RecordingWriter
+from areal_debug.recording.checkpoints import KEPT, _TreeCopy, latest_before
+from areal_debug.recording.format import MANIFEST, STEP_META, step_dirname
+from areal_debug.recording.manifest import SINGLE_CONTROLLER, Manifest
+from areal_debug.recording.reader import RecordingReader, format_ranges
+from areal_debug.recording.writer import RecordingWriter
 
-logger = logging.getLogger("DebugInspect")
+logger = get_logger("DebugInspect")
 
 RECORDING = "recording"
 CONFIG = "config.yaml"
@@ -554,7 +552,7 @@ def _write_reproducer(
         1 if single or layout.mode == SINGLE_CONTROLLER else (layout.world_size or 1)
     )
     stats = reader.recorded_stats(step) or {}
-    from areal_debug.stats_comparison import training_stats
+    from areal_debug.compare.statistics import training_stats
 
     finite = _finite_names(training_stats(stats))
     notes = []
@@ -680,7 +678,7 @@ FINITE = {finite}
 
 def _check_payloads():
     """Checksums, safe loading, and the payloads being the extracted ones."""
-    from areal_debug.store_reader import RecordingReader
+    from areal_debug.recording.reader import RecordingReader
 
     reader = RecordingReader(RECORDING)
     assert STEP in reader.available_steps(), reader.available_steps()

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from areal_debug.compare.report import REPORT_NAME, ReplayReport
 from areal_debug.inspect.common import (
     is_recording,
     load_report_json,
@@ -14,17 +15,16 @@ from areal_debug.inspect.common import (
     require_path,
     track,
 )
-from areal_debug.replay_report import REPORT_NAME, ReplayReport
-from areal_debug.store_format import (
+from areal_debug.recording.atomic import read_json
+from areal_debug.recording.format import (
     ANOMALY,
     KEPT,
     RecordingError,
     dir_bytes,
     kept_steps,
     list_step_dirs,
-    read_json,
 )
-from areal_debug.store_reader import RecordingReader
+from areal_debug.recording.reader import RecordingReader
 
 # Directories no recording lives in: AReaL's own trees and a recording's insides.
 _SKIP_DIRS = {"name_resolve", "checkpoints", KEPT, "superseded", "__pycache__"}

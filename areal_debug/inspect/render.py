@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from areal_debug.inspect.common import human_bytes
-from areal_debug.store_reader import format_ranges
+from areal_debug.recording.reader import format_ranges
 
 if TYPE_CHECKING:  # the modules behind the slow commands import AReaL
     from areal_debug.inspect.diff import RecordingDiff, RunDiff

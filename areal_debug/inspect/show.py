@@ -11,8 +11,8 @@ from typing import Any
 import torch
 
 from areal_debug.inspect.common import InspectError, first_line
-from areal_debug.store_format import RecordingError
-from areal_debug.store_reader import RecordingReader, format_ranges
+from areal_debug.recording.format import RecordingError
+from areal_debug.recording.reader import RecordingReader, format_ranges
 
 
 @dataclass

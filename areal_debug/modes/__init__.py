@@ -11,7 +11,7 @@ def choose_mode(trainer, debug: DebugConfig) -> DebugMode:
     """Off when both flags are off; dump or replay with this run's topology."""
     if not debug.enabled:
         return DebugMode(trainer, debug)
-    from areal_debug.topology import choose_topology
+    from areal_debug.modes.topology import choose_topology
 
     if debug.replay_rollout_data:
         from areal_debug.modes.replay import ReplayMode

@@ -13,10 +13,10 @@ from areal.utils import logging
 
 from areal_debug import areal_compat, determinism
 from areal_debug.config import DebugConfig
-from areal_debug.probed_engines import WorkerStageProbes
-from areal_debug.stage_digest import merge_global
-from areal_debug.stage_probes import StageProbes
-from areal_debug.step_clock import StepClock
+from areal_debug.modes.step_clock import StepClock
+from areal_debug.single_controller.probed_engines import WorkerStageProbes
+from areal_debug.stages.digest import merge_global
+from areal_debug.stages.probes import StageProbes
 
 logger = logging.getLogger("DebugMode")
 # Under <fileroot>/<experiment>/<trial>/: each RPC worker's settings, as it reported them.

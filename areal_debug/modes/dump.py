@@ -15,21 +15,22 @@ from typing import Any
 import torch
 from areal.utils import logging
 
-from areal_debug import areal_compat, checkpoints
-from areal_debug.anomaly import AnomalyDetector
-from areal_debug.determinism import current_settings
-from areal_debug.manifest import Manifest
-from areal_debug.modes.base import ActiveMode
-from areal_debug.recording_lock import RecordingLock
-from areal_debug.retention import RetentionPolicy
-from areal_debug.sglang_stand_in import missing_sglang_error, relax_sglang_check
-from areal_debug.stats_comparison import (
+from areal_debug import areal_compat
+from areal_debug.compare.statistics import (
     inference_stats,
     timing_stats,
     training_stats,
 )
-from areal_debug.store_format import FORMAT_VERSION
-from areal_debug.store_writer import (
+from areal_debug.determinism import current_settings
+from areal_debug.modes.base import ActiveMode
+from areal_debug.modes.sglang_stand_in import missing_sglang_error, relax_sglang_check
+from areal_debug.recording import checkpoints
+from areal_debug.recording.anomaly import AnomalyDetector
+from areal_debug.recording.format import FORMAT_VERSION
+from areal_debug.recording.lock import RecordingLock
+from areal_debug.recording.manifest import Manifest
+from areal_debug.recording.retention import RetentionPolicy
+from areal_debug.recording.writer import (
     RecordingWriter,
     supersede_steps,
     sweep_leftovers,

@@ -10,19 +10,21 @@ from typing import Any
 from areal.api import RolloutWorkflow
 from areal.utils import logging
 
-from areal_debug import areal_compat, checkpoints
+from areal_debug import areal_compat
+from areal_debug.compare.report import REPORT_NAME, TopologyChange
+from areal_debug.compare.statistics import StatsComparison, timing_stats, training_stats
 from areal_debug.determinism import current_settings, differences
-from areal_debug.engines import ReplayEngine, ReplayTeacher
 from areal_debug.modes.base import ActiveMode
-from areal_debug.recorded_ref_logp import ref_logp_tensors
-from areal_debug.recording_lock import describe
-from areal_debug.replay_loader import ReplayDataLoader
-from areal_debug.replay_report import REPORT_NAME, TopologyChange
-from areal_debug.stage_comparison import compare_stages
-from areal_debug.stats_comparison import StatsComparison, timing_stats, training_stats
-from areal_debug.step_clock import StepClockError
-from areal_debug.store_format import RecordingError, atomic_write_json
-from areal_debug.store_reader import RecordingReader, format_ranges
+from areal_debug.modes.engines import ReplayEngine, ReplayTeacher
+from areal_debug.modes.replay_loader import ReplayDataLoader
+from areal_debug.modes.step_clock import StepClockError
+from areal_debug.recording import checkpoints
+from areal_debug.recording.atomic import atomic_write_json
+from areal_debug.recording.format import RecordingError
+from areal_debug.recording.lock import describe
+from areal_debug.recording.reader import RecordingReader, format_ranges
+from areal_debug.stages.comparison import compare_stages
+from areal_debug.stages.recorded_ref_logp import ref_logp_tensors
 
 # The replay report's per-step timing of what the loop waited for recorded data.
 REPLAY_WAIT = "replay/wait_for_data"

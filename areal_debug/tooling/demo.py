@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from areal_debug import testing
-from areal_debug.store_reader import RecordingReader
+from areal_debug.recording.reader import RecordingReader
 from areal_debug.testing import end_process, example_command, run_env, tail
 from areal_debug.tooling.tiny_task import build_tiny_model, write_dataset
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from areal_debug.server_attach import TEACHER_ADDRS_ENV
+from areal_debug.single_controller.server_attach import TEACHER_ADDRS_ENV
 from support.harness import TESTS, run_logged
 
 SCRIPTS = os.path.join(TESTS, "scripts")

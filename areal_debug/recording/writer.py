@@ -18,25 +18,11 @@ from concurrent.futures import Future
 from typing import Any
 
 import torch
-from areal.utils import logging
 
-from areal_debug import payload_process, retention
-from areal_debug.manifest import Manifest
-from areal_debug.packed_payload import is_packed, pack, plan
-from areal_debug.payload_process import (
-    MemoryNotReadable,
-    WriterProcessUnavailable,
-    describe_packed,
-    save_payload,
-)
-from areal_debug.snapshot import (
-    ChangedInPlace,
-    PendingCopy,
-    Snapshotter,
-    snapshot_batch,
-    snapshot_value,
-)
-from areal_debug.store_format import (
+from areal_debug.logs import get_logger
+from areal_debug.recording import payload_process, retention
+from areal_debug.recording.atomic import atomic_write_json, read_json
+from areal_debug.recording.format import (
     ANOMALY,
     DEFAULT_ZSTD_LEVEL,
     DEFAULT_ZSTD_THREADS,
@@ -52,12 +38,10 @@ from areal_debug.store_format import (
     TEACHER_LOGP_META,
     TEMPORARY_PREFIX,
     RecordingError,
-    atomic_write_json,
     complete_step_dirs,
     dir_bytes,
     kept_steps,
     list_step_dirs,
-    read_json,
     reserved_marker,
     reserved_marker_name,
     shard_meta_name,
@@ -67,8 +51,23 @@ from areal_debug.store_format import (
     stopped_marker_name,
     teacher_payload_name,
 )
+from areal_debug.recording.manifest import Manifest
+from areal_debug.recording.packed_payload import is_packed, pack, plan
+from areal_debug.recording.payload_process import (
+    MemoryNotReadable,
+    WriterProcessUnavailable,
+    describe_packed,
+    save_payload,
+)
+from areal_debug.recording.snapshot import (
+    ChangedInPlace,
+    PendingCopy,
+    Snapshotter,
+    snapshot_batch,
+    snapshot_value,
+)
 
-logger = logging.getLogger("DebugDump")
+logger = get_logger("DebugDump")
 
 
 RESERVED_BYTES = 4096

@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from areal_debug.packed_payload import pack
-from areal_debug.store_format import check_storable
+from areal_debug.recording.packed_payload import pack
+from areal_debug.recording.payload_rules import check_storable
 
 
 class ChangedInPlace(RuntimeError):

@@ -14,9 +14,7 @@ import os
 import re
 from typing import Any
 
-import torch
-
-from areal_debug.store_format import CODECS, RecordingError
+from areal_debug.recording.format import CODECS, RecordingError
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 # Per-token keys a trainer reads beside input_ids: each has its shape.
@@ -240,6 +238,8 @@ KEY_KINDS = {
 
 def _trajectory_problem(traj: dict) -> str | None:
     """What is wrong with one trajectory (as ``[key] ...``), None if nothing."""
+    import torch  # with the payload, not the module (see reader)
+
     for key in traj:
         if not isinstance(key, str):
             return f" has the key {key!r}, not a name"
@@ -264,6 +264,8 @@ def _trajectory_problem(traj: dict) -> str | None:
 
 def _kind(value: Any) -> str:
     """A short description of a value found where something else was expected."""
+    import torch  # with the payload, not the module (see reader)
+
     if isinstance(value, torch.Tensor):
         return f"a {str(value.dtype).removeprefix('torch.')} tensor {list(value.shape)}"
     if isinstance(value, list | tuple | dict):

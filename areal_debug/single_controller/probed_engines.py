@@ -22,8 +22,8 @@ from areal.engine import FSDPPPOActor, FSDPPPOCritic
 
 from areal_debug import areal_compat
 from areal_debug.areal_compat import MethodPatches
-from areal_debug.recorded_ref_logp import RecordedRefLogp
-from areal_debug.stage_probes import StageProbes
+from areal_debug.stages.probes import StageProbes
+from areal_debug.stages.recorded_ref_logp import RecordedRefLogp
 
 
 class StageProbedEngine:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from areal_debug.replay_report import ReplayReport, StepComparison, TopologyChange
-from areal_debug.stage_comparison import describe, first_divergent_stage
+from areal_debug.compare.report import ReplayReport, StepComparison, TopologyChange
+from areal_debug.stages.comparison import describe, first_divergent_stage
 
 # Wall-clock timings differ between any two runs; they are not training results.
 _TIMING_PREFIXES = ("timeperf/",)

@@ -10,7 +10,7 @@ and waits for the reply with the GIL released. The writer process reads the
 buffers in place, stores the payload atomically and describes it for the shard
 metadata.
 
-The process is ``python -m areal_debug.payload_process``, not multiprocessing's
+The process is ``python -m areal_debug.recording.payload_process``, not multiprocessing's
 spawn (which would import the user's training script again), and imports only
 torch and this package's format module. It is started once per training
 process and shared by its writers, one payload at a time. It ends with its
@@ -42,13 +42,11 @@ from typing import Any
 
 import torch
 
-from areal_debug.packed_payload import PackPlan, numel, unpack
-from areal_debug.store_format import (
-    PayloadSink,
-    RecordingError,
-    atomic_file,
-    describe_batch,
-)
+from areal_debug.recording.atomic import atomic_file
+from areal_debug.recording.codecs import PayloadSink
+from areal_debug.recording.format import RecordingError
+from areal_debug.recording.packed_payload import PackPlan, numel, unpack
+from areal_debug.recording.payload_rules import describe_batch
 
 # Offsets in shared memory are aligned so every dtype can view its buffer.
 ALIGN = 64
@@ -183,7 +181,7 @@ class PayloadProcess:
         self._close()
         self._served = 0
         ours, theirs = socket.socketpair()
-        argv = [sys.executable, "-m", "areal_debug.payload_process"]
+        argv = [sys.executable, "-m", "areal_debug.recording.payload_process"]
         argv += [str(theirs.fileno()), json.dumps(child_initializer)]
         if self._label:
             argv.append(f"--recording={self._label}")  # what ps shows it is for
@@ -373,7 +371,9 @@ def _allow_reading_by(pid: int) -> None:
 def _path() -> str:
     """PYTHONPATH for the writer process: where this package was imported from
     first (a script may have put it on sys.path by hand), then the parent's."""
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    import areal_debug
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(areal_debug.__file__)))
     inherited = os.environ.get("PYTHONPATH")
     return os.pathsep.join([here, inherited] if inherited else [here])
 
@@ -607,7 +607,7 @@ def _main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     # Served by the module under its own name, not as __main__: what an
-    # initializer patches in ``areal_debug.payload_process`` is what runs.
-    from areal_debug import payload_process
+    # initializer patches in ``areal_debug.recording.payload_process`` is what runs.
+    from areal_debug.recording import payload_process
 
     sys.exit(payload_process._main(sys.argv[1:]))

@@ -20,11 +20,10 @@ import socket
 import time
 from typing import Any
 
-from areal.utils import logging
+from areal_debug.logs import get_logger
+from areal_debug.recording.format import LOCK_FILE, RecordingError
 
-from areal_debug.store_format import LOCK_FILE, RecordingError
-
-logger = logging.getLogger("DebugDump")
+logger = get_logger("DebugDump")
 
 # A reader checks the lock by taking it shared for an instant: a dump run
 # starting meanwhile waits this long before it calls the recording taken.

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from areal_debug.store_format import RecordingError
+from areal_debug.recording.format import RecordingError
 
 STAGE = "ref_logp"
 

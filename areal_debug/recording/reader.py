@@ -7,23 +7,11 @@ import io
 import os
 import pickle
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from areal_debug.manifest import Manifest
-from areal_debug.packed_payload import is_packed, unpack
-from areal_debug.recording_lock import writer_of
-from areal_debug.recording_schema import (
-    check_batch,
-    check_rng,
-    check_stats,
-    check_step_meta,
-    inside,
-    invalid,
-    member,
-)
-from areal_debug.store_format import (
+from areal_debug.recording.atomic import open_regular, read_json
+from areal_debug.recording.codecs import decode_payload, sha256_bytes
+from areal_debug.recording.format import (
     MANIFEST,
     RNG,
     STAGE_TENSORS,
@@ -33,17 +21,30 @@ from areal_debug.store_format import (
     SUPPORTED_FORMAT_VERSIONS,
     RecordingError,
     complete_step_dirs,
-    decode_payload,
     list_step_dirs,
-    open_regular,
-    read_json,
     reserved_marker,
     reserved_marker_name,
-    sha256_bytes,
     step_dirname,
     stop_consequence,
     stopped_marker_name,
 )
+from areal_debug.recording.lock import writer_of
+from areal_debug.recording.manifest import Manifest
+from areal_debug.recording.schema import (
+    check_batch,
+    check_rng,
+    check_stats,
+    check_step_meta,
+    inside,
+    invalid,
+    member,
+)
+
+# torch is imported where a payload or tensor is read, not with the module: the
+# CLI's metadata commands (ls, inspect) read JSON only and start in a fraction of
+# the time torch takes to import.
+if TYPE_CHECKING:
+    import torch
 
 
 def format_ranges(steps: Iterable[int]) -> str:
@@ -226,6 +227,8 @@ class RecordingReader:
     ) -> tuple[dict[str, Any] | None, dict[str, torch.Tensor] | None]:
         """The step's stage digests (``ranks`` and ``global``) and, when the dump
         run kept them, the per-token stage tensors; ``(None, None)`` if absent."""
+        import torch
+
         path = self._file(step, STAGES_FILE)
         if not os.path.exists(path):
             return None, None
@@ -263,6 +266,8 @@ class RecordingReader:
 
     def recorded_teacher_logp(self, step: int) -> list[torch.Tensor]:
         """The teacher's log-probs of the step's batch, one tensor per trajectory."""
+        import torch
+
         entry = self.step_meta(step).get("teacher_logp")
         if entry is None:
             raise RecordingError(
@@ -410,6 +415,10 @@ def reshard(
 
 def load_payload_bytes(data: bytes, name: str) -> list[dict[str, Any]]:
     """Load a payload with ``weights_only=True``: no code from the file ever runs."""
+    import torch
+
+    from areal_debug.recording.packed_payload import is_packed, unpack
+
     try:
         obj = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as e:

@@ -16,22 +16,23 @@ from typing import Any
 import torch.distributed as dist
 from areal.utils import logging
 
-from areal_debug import areal_compat, rng_state
-from areal_debug.engines import RecordingEngine
-from areal_debug.manifest import SINGLE_CONTROLLER, SPMD, Layout
-from areal_debug.recorded_ref_logp import RecordedRefLogp
-from areal_debug.rtensor_bridge import (
+from areal_debug import areal_compat
+from areal_debug.modes import rng_state
+from areal_debug.modes.engines import RecordingEngine
+from areal_debug.recording.manifest import SINGLE_CONTROLLER, SPMD, Layout
+from areal_debug.single_controller.rtensor_bridge import (
     BatchFetcher,
     as_inline_rtensors,
     inline_rtensors,
     without_inline_rtensors,
 )
-from areal_debug.server_attach import (
+from areal_debug.single_controller.server_attach import (
     attach_rollout_controller,
     attach_teacher_controller,
 )
-from areal_debug.stage_probes import StageProbes
-from areal_debug.worker_reaper import WorkerReaper
+from areal_debug.single_controller.worker_reaper import WorkerReaper
+from areal_debug.stages.probes import StageProbes
+from areal_debug.stages.recorded_ref_logp import RecordedRefLogp
 
 logger = logging.getLogger("DebugTopology")
 

@@ -23,22 +23,7 @@ from typing import Any
 
 import torch
 
-# The order a PPO step runs its stages in; "stats" are the committed statistics.
-STAGES = (
-    "logp",
-    "ref_logp",
-    "values",
-    "advantages",
-    "loss",
-    "grads",
-    "weights",
-    "stats",
-)
-# Per-token stages whose full tensors may be stored (debug.record_stage_tensors).
-TOKEN_STAGES = ("logp", "ref_logp", "values", "advantages")
-# Stages whose digests are summed over data-parallel ranks (one global value per
-# parameter); the others are per rank (each rank's own trajectories and micro-batches).
-GLOBAL_STAGES = ("grads", "weights")
+from areal_debug.stages.names import GLOBAL_STAGES
 
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 # Elements digested per pass: bounds the int64 temporaries (128 MiB each).

@@ -16,9 +16,9 @@ from typing import Any
 
 from areal.utils import logging
 
-from areal_debug.replay_loader import ReplayDataLoader
-from areal_debug.store_format import RecordingError
-from areal_debug.store_reader import RecordingReader
+from areal_debug.modes.replay_loader import ReplayDataLoader
+from areal_debug.recording.format import RecordingError
+from areal_debug.recording.reader import RecordingReader
 
 logger = logging.getLogger("DebugReplay")
 

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""``python -m areal_debug.deterministic_worker``: AReaL's RPC server with
+"""``python -m areal_debug.single_controller.deterministic_worker``: AReaL's RPC server with
 deterministic kernels on, for ``debug.deterministic`` in single-controller mode.
 
 The torch settings are per process, so the controller cannot set them in its

@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal_debug.stage_digest import STAGES
+from areal_debug.stages.names import STAGES
 
 REPORT_NAME = "replay_report.json"
 

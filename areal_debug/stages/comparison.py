@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from areal_debug.stage_digest import GLOBAL_STAGES, STAGES
+from areal_debug.stages.names import GLOBAL_STAGES, STAGES
 
 IDENTICAL, DIFFERS = "identical", "differs"
 

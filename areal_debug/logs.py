@@ -1,0 +1,39 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Loggers that cost nothing until they log.
+
+Where AReaL is loaded (every training process) a logger is AReaL's own
+(``areal.utils.logging.getLogger``: its format, colours and levels). The
+``areal-debug`` command never imports AReaL, which takes seconds, just to have a
+logger: there, a logger is the standard library's, under ``areal_debug.<name>``.
+The choice is made at the first message, so importing a module never loads AReaL.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+
+class _Logger:
+    def __init__(self, name: str):
+        self._name = name
+        self._logger: Any = None
+
+    def _resolve(self) -> Any:
+        if self._logger is None:
+            if "areal" in sys.modules:
+                from areal.utils import logging as areal_logging
+
+                self._logger = areal_logging.getLogger(self._name)
+            else:
+                self._logger = logging.getLogger(f"areal_debug.{self._name}")
+        return self._logger
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._resolve(), attr)
+
+
+def get_logger(name: str) -> Any:
+    """A logger named ``name``: AReaL's where AReaL is loaded, else the standard one."""
+    return _Logger(name)

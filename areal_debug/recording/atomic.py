@@ -1,0 +1,95 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Atomic, durable file I/O: a file is whole under its name or not there at all."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+import tempfile
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+from areal_debug.recording.format import TEMPORARY_PREFIX, RecordingError
+
+
+@contextlib.contextmanager
+def atomic_file(path: str) -> Iterator[BinaryIO]:
+    """A file to write ``path`` through: a temporary name in the same directory,
+    fsynced and renamed into place when the block ends without an error.
+
+    A reader sees either no file or the whole file, never a half-written one,
+    even if the process dies mid-write.
+    """
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=TEMPORARY_PREFIX, dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(directory)
+
+
+def atomic_write_bytes(path: str, data: bytes | memoryview) -> None:
+    """Write ``data`` to ``path`` atomically (see ``atomic_file``)."""
+    with atomic_file(path) as f:
+        f.write(data)
+
+
+def _fsync_dir(directory: str) -> None:
+    # Makes the rename itself durable; not every filesystem allows it.
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_json(path: str, obj: Any) -> None:
+    # Python floats serialise to their shortest exact repr: no precision lost.
+    atomic_write_bytes(
+        path, (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode()
+    )
+
+
+def open_regular(path: str, mode: str = "rb"):
+    """``open(path)``, refused unless it is a regular file: a FIFO or device
+    put in a recording's place must not block or flood a reader."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise RecordingError(
+                f"{path} is not a regular file (a device, pipe or directory is in "
+                "its place); a recording holds only regular files. Restore it."
+            )
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_json(path: str, what: str) -> Any:
+    try:
+        with open_regular(path, "r") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, RecursionError) as e:
+        raise RecordingError(
+            f"Cannot read the {what} {path}: {e}. The file is damaged; re-record "
+            "the run or restore the file from a copy."
+        ) from e

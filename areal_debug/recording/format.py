@@ -1,0 +1,195 @@
+# SPDX-License-Identifier: Apache-2.0
+"""On-disk format of a recording (v2; v1 still read): versions, names, step
+directories, stop markers. Codecs are in ``codecs``, atomic I/O in ``atomic``, what a
+payload may hold in ``payload_rules``.
+
+Layout (see docs/format.md)::
+
+    <path>/manifest.json                    written once by global rank 0
+    <path>/dump.lock                        locked by the dump run writing it
+    <path>/step-000007/shard-00000.pt.zst   one payload per data-parallel head
+    <path>/step-000007/shard-00000.json     that payload's codec, sizes, sha256, counts
+    <path>/step-000007/step.json            written last: the step exists
+    <path>/step-000007/stats.json           statistics the trainer committed
+    <path>/step-000007/teacher_logp.pt.zst  the teacher's log-probs (when it runs)
+    <path>/step-000007/stages.json          digests of each stage of the PPO step
+    <path>/step-000007/stage_tensors.pt     per-token stage tensors (when asked for)
+
+A payload is a ``torch.save`` of plain containers and tensors, compressed as a
+whole (codec ``zstd``) or not (``none``, and every v1 payload); its sha256 is over
+the bytes on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+# v2: payloads may be compressed (shard metadata names the codec). v1 payloads are
+# plain torch.save files and load unchanged: no migration step is needed.
+FORMAT_VERSION = 2
+SUPPORTED_FORMAT_VERSIONS = (1, 2)
+CODECS = ("zstd", "none")
+# zstd levels a dump may use: its fast levels (negative) and 1-22 (0 is not a level
+# of its own: zstd reads it as 3). The default was chosen by measurement
+# (benchmarks/compression.py, benchmarks/dump_overhead.py).
+ZSTD_LEVELS = (-7, 22)
+DEFAULT_ZSTD_LEVEL = 1
+# zstd's own worker threads (0: compress on the calling thread). 2 by measurement
+# (benchmarks/dump_overhead.py): the writer's background write of a 17 MiB step
+# ~1.2x faster on 2 cores, the Python loop beside it no slower.
+DEFAULT_ZSTD_THREADS = 2
+MANIFEST = "manifest.json"
+STEP_META = "step.json"
+STATS = "stats.json"
+RNG = "rng.pt"
+TEACHER_LOGP_META = "teacher_logp.json"
+ANOMALY = "anomaly.json"
+STAGES_FILE = "stages.json"
+STAGE_TENSORS = "stage_tensors.pt"
+# An atomic write's file until it is renamed into place.
+TEMPORARY_PREFIX = ".tmp-"
+# Held (flock) by the dump run writing the recording; names it.
+LOCK_FILE = "dump.lock"
+
+
+class RecordingError(RuntimeError):
+    """A recording is missing, incomplete, corrupt or unsafe to load."""
+
+
+def step_dirname(global_step: int) -> str:
+    return f"step-{global_step:06d}"
+
+
+def parse_step_dirname(name: str) -> int | None:
+    """The global step of a ``step-NNNNNN`` directory name, else None."""
+    if not name.startswith("step-"):
+        return None
+    try:
+        return int(name.removeprefix("step-"))
+    except ValueError:
+        return None
+
+
+def list_step_dirs(path: str) -> dict[int, str]:
+    """{global step: directory} of every step directory in a recording."""
+    out = {}
+    for name in os.listdir(path):
+        step = parse_step_dirname(name)
+        if step is not None:
+            out[step] = os.path.join(path, name)
+    return dict(sorted(out.items()))
+
+
+# Recover checkpoints kept with a recording (areal_debug/recording/checkpoints.py).
+KEPT = "recover"
+
+
+def kept_steps(recording: str) -> list[int]:
+    """Steps whose recover checkpoint is kept with the recording."""
+    root = os.path.join(recording, KEPT)
+    return list(list_step_dirs(root)) if os.path.isdir(root) else []
+
+
+def dir_bytes(path: str) -> int:
+    """Bytes of the files under ``path`` (files vanishing meanwhile count 0)."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def payload_suffix(codec: str) -> str:
+    return ".pt.zst" if codec == "zstd" else ".pt"
+
+
+def complete_step_dirs(path: str) -> dict[int, str]:
+    """{global step: directory} of the steps whose step.json exists."""
+    return {
+        step: d
+        for step, d in list_step_dirs(path).items()
+        if os.path.exists(os.path.join(d, STEP_META))
+    }
+
+
+def shard_payload_name(shard: int, codec: str = "none") -> str:
+    return f"shard-{shard:05d}{payload_suffix(codec)}"
+
+
+def stopped_marker_name(shard: int) -> str:
+    """Why and where a head's writer stopped (written when recording fails)."""
+    return f"stopped-shard-{shard:05d}.json"
+
+
+# What a head was writing when it stopped (a stop marker's "writing"), in words.
+STOPPED_WRITING = {
+    "batch": "its batch",
+    "teacher": "the teacher's log-probs",
+    "rng": "its RNG states (rng.pt)",
+    "stages": "its stage digests (stages.json)",
+    "stats": "its statistics (stats.json)",
+    "pin": "its anomaly pin (anomaly.json)",
+}
+
+
+def stop_consequence(marker: dict[str, Any], step_complete: bool) -> str:
+    """What a stop marker means for replays, in words. A head stops where a write
+    fails; when that was a file written after the step's batch (its statistics,
+    RNG states, stage digests), the step is complete (``step_complete``: its
+    step.json exists) and replays without that file."""
+    step, writing = marker.get("step"), marker.get("writing")
+    if not step_complete:
+        return (
+            f"steps before {step} are complete; step {step} and later are not recorded"
+        )
+    what = (
+        STOPPED_WRITING.get(writing, f"its {writing[:40]}")
+        if isinstance(writing, str)
+        else "a file that failed"
+    )
+    return (
+        f"steps up to {step} are complete, step {step} without {what}; later steps "
+        "are not recorded"
+    )
+
+
+def reserved_marker_name(shard: int) -> str:
+    """Space each head reserves for its stop marker, where the marker stays when
+    the directory no longer takes new names."""
+    return f".reserved-{stopped_marker_name(shard)}"
+
+
+def reserved_marker(path: str) -> Any | None:
+    """The stop marker written into a reservation, None while it holds only the
+    blanks reserved (or is missing). A marker cut short (the writer ended while
+    writing it) still says that the head stopped."""
+    from areal_debug.recording.atomic import open_regular  # atomic imports this module
+
+    try:
+        with open_regular(path, "rb") as f:
+            data = f.read(1 << 16)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise RecordingError(
+            f"Cannot read the reserved stop marker {path}: {e}."
+        ) from e
+    if not data.strip():
+        return None
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        return {"error": f"the head stopped; its stop marker {path} is cut short"}
+
+
+def teacher_payload_name(codec: str = "none") -> str:
+    return f"teacher_logp{payload_suffix(codec)}"
+
+
+def shard_meta_name(shard: int) -> str:
+    return f"shard-{shard:05d}.json"
