@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pytest
 from support.harness import recording_dir, replay_report
 from support.online_client import OnlineClient
-from support.scripts import env_for, processes_of, run_script
+from support.scripts import DUMP, REPLAY, env_for, processes_of, run_script
 
 from areal_debug.recording.reader import RecordingReader
 
@@ -27,8 +27,6 @@ pytestmark = pytest.mark.areal
 STEPS = 2
 # The proxy listens on the host's address; AReaL refuses its default key there.
 ADMIN_KEY = "areal-debug-cpu-test"
-DUMP = ["debug.dump_rollout_data=true", "debug.deterministic=true"]
-REPLAY = ["debug.replay_rollout_data=true", "debug.deterministic=true"]
 
 
 @dataclass(frozen=True)

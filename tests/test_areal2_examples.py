@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import pytest
 from support.harness import recording_dir, replay_report
-from support.scripts import env_for, processes_of, run_script
+from support.scripts import DUMP, REPLAY, env_for, processes_of, run_script
 
 from areal_debug.areal_compat import areal_release, installed_areal_version
 from areal_debug.recording.reader import RecordingReader
@@ -40,8 +40,6 @@ pytestmark = [
 ]
 
 STEPS = 2
-DUMP = ["debug.dump_rollout_data=true", "debug.deterministic=true"]
-REPLAY = ["debug.replay_rollout_data=true", "debug.deterministic=true"]
 
 
 @dataclass(frozen=True)

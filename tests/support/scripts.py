@@ -59,6 +59,11 @@ def gsm8k_workdir(tmp_path_factory, tiny_assets) -> Path:
     return d
 
 
+# The flags a script's dump and replay runs add, deterministic as the tests compare bits.
+DUMP = ["debug.dump_rollout_data=true", "debug.deterministic=true"]
+REPLAY = ["debug.replay_rollout_data=true", "debug.deterministic=true"]
+
+
 def env_for(
     workdir: Path, server_addr: str | None = None, teacher_addr: str | None = None
 ) -> dict:
