@@ -9,9 +9,8 @@ from areal_debug.modes.replay import UnsupportedReplayError, _refuse_unsupported
 from areal_debug.recording.manifest import Layout, Manifest
 
 
-def config(teacher=None, agent_mode=None):
-    agent = SimpleNamespace(mode=agent_mode) if agent_mode else None
-    return SimpleNamespace(teacher=teacher, rollout=SimpleNamespace(agent=agent))
+def config(teacher=None):
+    return SimpleNamespace(teacher=teacher)
 
 
 def manifest(teacher_logp: bool = False) -> Manifest:
@@ -31,12 +30,12 @@ def test_a_served_teacher_with_recorded_log_probs_replays():
     _refuse_unsupported(config(teacher=ROLLOUT_TEACHER), manifest(teacher_logp=True))
 
 
-def test_agents_online_mode_and_training_side_teachers_pass():
+def test_a_teacher_on_the_training_side_or_none_replays():
+    # A training-side teacher computes its log-probs in the replay as in the dump.
+    # (Agent and online runs replay too: tests/test_agent_workflows.py runs them.)
     _refuse_unsupported(
         config(teacher=SimpleNamespace(engine_type="train")), manifest()
     )
-    _refuse_unsupported(config(agent_mode="inline"), manifest())
-    _refuse_unsupported(config(agent_mode="online"), manifest())
     _refuse_unsupported(config(), manifest())
 
 
