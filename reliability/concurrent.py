@@ -14,7 +14,7 @@ from areal_debug.recording.format import RecordingError
 from areal_debug.recording.lock import RecordingLock, writer_of
 from areal_debug.recording.reader import RecordingReader
 from reliability import recording
-from reliability.crash import end, start_child
+from reliability.crash import end, start_child, started_writing
 from reliability.tally import Tally
 
 IN_PROGRESS_STEPS = 20
@@ -22,7 +22,7 @@ IN_PROGRESS_STEPS = 20
 
 def _started(path: str, *extra: str):
     proc = start_child(path, *extra)
-    if proc.stdout.readline().strip() != b"writing":
+    if not started_writing(proc):
         end(proc)
         raise RuntimeError("the dump child did not start recording")
     return proc

@@ -50,6 +50,15 @@ def start_child(path: str, *extra: str) -> subprocess.Popen:
     )
 
 
+def started_writing(proc: subprocess.Popen) -> bool:
+    """Wait for the child's ``writing`` line (its imports done, recording begun).
+    AReaL logs to stdout too, so other lines may come first; False at EOF."""
+    for line in proc.stdout:
+        if line.strip() == b"writing":
+            return True
+    return False
+
+
 def end(proc: subprocess.Popen) -> int:
     """Wait for ``proc`` (at most a minute), killing it if it hangs."""
     try:
@@ -76,7 +85,7 @@ def run_once(
         return f"{point}:{n}", end(start_child(path, *extra, "--kill", f"{point}:{n}"))
     proc = start_child(path, *extra)
     try:
-        proc.stdout.readline()  # "writing": the imports are done
+        started_writing(proc)
         delay = rng.uniform(0, 0.4)
         time.sleep(delay)
         os.killpg(proc.pid, signal.SIGKILL)

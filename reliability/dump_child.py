@@ -14,6 +14,7 @@ records again aside. Prints ``writing`` once it starts recording.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import resource
@@ -37,6 +38,9 @@ from areal_debug.recording.writer import (
 from reliability import recording
 
 # Where a kill can land: the function it interrupts, and which calls count.
+# The kill point the writer process installs too: [point, n], as JSON.
+WRITER_KILL_ENV = "RELIABILITY_WRITER_KILL_AT"
+
 POINTS = {
     "lock-taken": ("lock", None),
     "payload-write": ("store", None),
@@ -64,10 +68,10 @@ class KillAt:
         self.left = n
         self.victims = [os.getppid(), os.getpid()] if in_writer_process else []
         if not in_writer_process:
-            payload_process.child_initializer = (
-                "reliability.dump_child:kill_in_writer_process",
-                [point, n],
-            )
+            # The writer process runs reliability.writer_child, which installs
+            # the same kill point there (read from the environment it inherits).
+            os.environ[WRITER_KILL_ENV] = json.dumps([point, n])
+            payload_process.CHILD_MODULE = "reliability.writer_child"
 
     def reached(self, kind: str, path: str = "") -> None:
         if kind != self.kind or (self.pattern and not self.pattern.search(path)):
@@ -104,8 +108,9 @@ class KillAt:
         shutil.copy2, shutil.rmtree = copy, rmtree
 
 
-def kill_in_writer_process(point: str, n: int) -> None:
-    """The writer process's initializer: the same kill point, there."""
+def kill_in_writer_process() -> None:
+    """In the writer process (reliability.writer_child): the parent's kill point."""
+    point, n = json.loads(os.environ[WRITER_KILL_ENV])
     KillAt(point, n, in_writer_process=True).install()
 
 

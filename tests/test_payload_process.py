@@ -102,25 +102,12 @@ def test_reading_training_memory_stores_the_same_bytes_as_shared_memory(
         assert torch.equal(back[k], v), k
 
 
-def forbid_reading_memory() -> None:
-    """Child initializer: process_vm_readv refused, as a ptrace policy would."""
-    import ctypes
-
-    def refused(*args):
-        ctypes.set_errno(errno.EPERM)
-        return -1
-
-    payload_process._process_vm_readv = lambda: refused
-
-
 def test_where_memory_may_not_be_read_payloads_go_through_shared_memory(
     tmp_path, monkeypatch
 ):
     monkeypatch.setenv("PYTHONPATH", TESTS)
     monkeypatch.setattr(
-        payload_process,
-        "child_initializer",
-        ("test_payload_process:forbid_reading_memory", []),
+        payload_process, "CHILD_MODULE", "support.writer_without_memory_reads"
     )
     process = PayloadProcess()
     monkeypatch.setattr(payload_process, "shared", lambda: process)
@@ -213,7 +200,7 @@ def test_a_writer_process_that_cannot_start_leaves_the_writer_thread_to_store(
 ):
     process = PayloadProcess()
     monkeypatch.setattr(payload_process, "shared", lambda: process)
-    monkeypatch.setattr(payload_process, "child_initializer", ("no_such_module:f", []))
+    monkeypatch.setattr(payload_process, "CHILD_MODULE", "no_such_module_here")
     path = str(tmp_path)
     write_manifest(path, manifest())
     w = RecordingWriter(path, shard=0, num_shards=1, steps_per_epoch=10)

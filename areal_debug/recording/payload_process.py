@@ -27,7 +27,6 @@ import ctypes
 import dataclasses
 import errno
 import functools
-import json
 import mmap
 import os
 import pickle
@@ -54,9 +53,11 @@ ALIGN = 64
 # The writer process's niceness (19: the lowest priority).
 WRITER_NICE = 19
 
-# (``"module:function"``, JSON arguments) the writer process calls before it
-# serves: how a harness installs what it needs there (reliability's kill points).
-child_initializer: tuple[str, list] | None = None
+# The module the writer process runs (``python -m``): this one. It reads nothing
+# from its command line but the socket's descriptor. A harness that needs code of
+# its own in the writer process (the reliability suite's kill points) points this
+# at a module that installs it and then calls ``_main``.
+CHILD_MODULE = "areal_debug.recording.payload_process"
 
 
 def save_payload(
@@ -181,8 +182,7 @@ class PayloadProcess:
         self._close()
         self._served = 0
         ours, theirs = socket.socketpair()
-        argv = [sys.executable, "-m", "areal_debug.recording.payload_process"]
-        argv += [str(theirs.fileno()), json.dumps(child_initializer)]
+        argv = [sys.executable, "-m", CHILD_MODULE, str(theirs.fileno())]
         if self._label:
             argv.append(f"--recording={self._label}")  # what ps shows it is for
         try:
@@ -592,22 +592,17 @@ def _store(
 
 
 def _main(argv: list[str]) -> int:
-    fd, initializer = int(argv[0]), json.loads(argv[1])
+    fd = int(argv[0])
     # The lowest CPU priority: it takes the cycles training leaves idle, not a
     # core a training thread (or its data loading) is waiting for.
     with contextlib.suppress(OSError):
         os.nice(WRITER_NICE)
-    if initializer:
-        import importlib
-
-        module, _, function = initializer[0].partition(":")
-        getattr(importlib.import_module(module), function)(*initializer[1])
     return _serve(fd)
 
 
 if __name__ == "__main__":
-    # Served by the module under its own name, not as __main__: what an
-    # initializer patches in ``areal_debug.recording.payload_process`` is what runs.
+    # Served by the module under its own name, not as __main__: what a harness's
+    # CHILD_MODULE patches in ``areal_debug.recording.payload_process`` is what runs.
     from areal_debug.recording import payload_process
 
     sys.exit(payload_process._main(sys.argv[1:]))
