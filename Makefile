@@ -4,7 +4,7 @@
 #   make test    set up if needed, then run the whole test suite (no system installs)
 #   make test-leg AREAL=2.0.0 VENV=.venv-a2   the tests every supported AReaL runs
 #                (marker each_areal): contract, SPMD and single-controller
-#                dump/replay, that AReaL's own example scripts
+#                dump/replay, that release's own example scripts
 #   make demo    set up if needed, then record and replay a real GRPO run on CPU
 #   make lint    ruff over the package, tests and benchmarks; the import layers
 #   make reliability  the whole reliability suite (crashes, hostile files, ...) and its table
@@ -33,6 +33,8 @@ $(STAMP): pyproject.toml requirements/cpu.txt requirements/constraints-cpu.txt $
 	$(PIP) install --quiet -c requirements/constraints-cpu.txt -r requirements/cpu.txt $(AREAL_REQS:%=-r %)
 	$(PIP) install --quiet --no-deps -e .
 	$(PY) -c "import areal, areal_debug, torch; print('areal', areal.__version__, 'torch', torch.__version__)"
+	# One release per venv: another release's stamp no longer describes it.
+	rm -f $(VENV)/.setup-done-areal-*
 	touch $(STAMP)
 
 # The tests never install anything on the system: those that need mkfs.xfs and

@@ -53,6 +53,9 @@ def flip_reward(batch) -> None:
 
 
 def run_json(capsys, *argv) -> tuple[int, object]:
+    # Only what the command prints: the set-up's recorder may have logged to
+    # stdout (AReaL's loggers write there once AReaL is loaded).
+    capsys.readouterr()
     rc = main([argv[0], "--json", *argv[1:]])
     out = capsys.readouterr().out
     return rc, json.loads(out)

@@ -12,16 +12,14 @@ from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
 from areal_debug.compare.report import REPORT_NAME
+from areal_debug.logs import get_logger
 from areal_debug.recording.format import MANIFEST, RecordingError
 
 T = TypeVar("T")
 
 
-def log():
-    """The inspection commands' logger (``areal_debug.logs``: no AReaL import)."""
-    from areal_debug.logs import get_logger
-
-    return get_logger("DebugInspect")
+# The inspection commands' logger: areal_debug.logs imports no AReaL.
+logger = get_logger("DebugInspect")
 
 
 class InspectError(ValueError):

@@ -28,10 +28,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+from areal.utils import logging
 
-from areal_debug.inspect.common import InspectError, package_version, track
+from areal_debug.inspect.common import (
+    InspectError,
+    package_version,
+    track,
+)
 from areal_debug.inspect.show import check_step
-from areal_debug.logs import get_logger
 from areal_debug.recording.atomic import (
     atomic_write_bytes,
     atomic_write_json,
@@ -42,8 +46,6 @@ from areal_debug.recording.format import MANIFEST, STEP_META, step_dirname
 from areal_debug.recording.manifest import SINGLE_CONTROLLER, Manifest
 from areal_debug.recording.reader import RecordingReader, format_ranges
 from areal_debug.recording.writer import RecordingWriter
-
-logger = get_logger("DebugInspect")
 
 RECORDING = "recording"
 CONFIG = "config.yaml"
@@ -74,6 +76,8 @@ BATCH_PREFIXES = (
     "ppo_actor/incorrect_seq_len/",
     "ppo_actor/no_eos_ratios/",
 )
+
+logger = logging.getLogger("DebugInspect")
 
 
 @dataclass

@@ -11,7 +11,7 @@ from areal_debug.compare.report import REPORT_NAME, ReplayReport
 from areal_debug.inspect.common import (
     is_recording,
     load_report_json,
-    log,
+    logger,
     require_path,
     track,
 )
@@ -108,7 +108,7 @@ def find_reports(roots: list[str]) -> list[tuple[str, dict[str, Any]]]:
                 try:
                     out.append((path, load_report_json(path)))
                 except (RecordingError, ValueError) as e:
-                    log().warning(f"Skipping {path}: {e}")
+                    logger.warning(f"Skipping {path}: {e}")
     return out
 
 

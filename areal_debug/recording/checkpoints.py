@@ -14,11 +14,12 @@ import fcntl
 import os
 import shutil
 
+from areal.utils import logging
+
 from areal_debug.areal_compat import recover_paths, write_dataloader_state
-from areal_debug.logs import get_logger
 from areal_debug.recording.format import KEPT, kept_steps, step_dirname
 
-logger = get_logger("DebugCheckpoints")
+logger = logging.getLogger("DebugCheckpoints")
 
 _INFO = "recover_info"
 _CHECKPOINTS = "checkpoints"

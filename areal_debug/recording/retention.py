@@ -19,10 +19,11 @@ import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from areal_debug.logs import get_logger
+from areal.utils import logging
+
 from areal_debug.recording.format import step_dirname
 
-logger = get_logger("DebugRetention")
+logger = logging.getLogger("DebugRetention")
 
 # A step or checkpoint directory being deleted: not a step-* name any more.
 DELETING_PREFIX = ".deleting-"

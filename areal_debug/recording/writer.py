@@ -18,8 +18,8 @@ from concurrent.futures import Future
 from typing import Any
 
 import torch
+from areal.utils import logging
 
-from areal_debug.logs import get_logger
 from areal_debug.recording import payload_process, retention
 from areal_debug.recording.atomic import atomic_write_json, read_json
 from areal_debug.recording.format import (
@@ -67,7 +67,7 @@ from areal_debug.recording.snapshot import (
     snapshot_value,
 )
 
-logger = get_logger("DebugDump")
+logger = logging.getLogger("DebugDump")
 
 
 RESERVED_BYTES = 4096

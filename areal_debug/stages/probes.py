@@ -17,13 +17,13 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from areal.utils import logging
 
 from areal_debug import areal_compat
-from areal_debug.logs import get_logger
 from areal_debug.stages.digest import StageLog
 from areal_debug.stages.recorded_ref_logp import RecordedRefLogp
 
-logger = get_logger("DebugStages")
+logger = logging.getLogger("DebugStages")
 
 
 class StageProbes:
