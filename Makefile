@@ -39,7 +39,7 @@ $(STAMP): pyproject.toml requirements/cpu.txt requirements/constraints-cpu.txt $
 
 # The tests never install anything on the system: those that need mkfs.xfs and
 # root (tests/test_reflinks.py) say so when skipped; .ci/run installs xfsprogs.
-PYTEST := OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadgroup --durations=15
+PYTEST := OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=15
 
 test: setup
 	$(PYTEST) tests

@@ -21,15 +21,18 @@ import os
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+# The XFS mount is test tooling (tests/support/xfs.py), not part of the package.
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 from figures import figure  # noqa: E402
-
-from areal_debug.recording.checkpoints import _TreeCopy  # noqa: E402
-from areal_debug.testing import (  # noqa: E402
+from support.xfs import (  # noqa: E402
     ReflinkFilesystemUnavailable,
     used_bytes,
     xfs_mount,
 )
+
+from areal_debug.recording.checkpoints import _TreeCopy  # noqa: E402
 
 
 def taken(root: str, src: str, name: str, reflinks: bool) -> tuple[int, str]:

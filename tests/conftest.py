@@ -7,25 +7,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture(scope="session")
-def tiny_assets(tmp_path_factory):
-    """The tiny offline model and arithmetic dataset, built once per session."""
-    from areal_debug.tooling.tiny_task import build_tiny_model, write_dataset
-
-    root = tmp_path_factory.mktemp("assets")
-    build_tiny_model(str(root / "model"))
-    write_dataset(str(root / "data.jsonl"), n=64)
-    return root
-
-
-@pytest.fixture
-def workdir(tiny_assets, tmp_path):
-    """A run directory with links to the tiny model and dataset."""
-    os.symlink(tiny_assets / "model", tmp_path / "model")
-    os.symlink(tiny_assets / "data.jsonl", tmp_path / "data.jsonl")
-    return tmp_path
-
-
+# The tiny assets and the run directories every process-level test runs in.
 # The recordings the process-level tests replay from, recorded once per test run.
 from support.recordings import (  # noqa: E402, F401
     cpu_server,
@@ -35,46 +17,83 @@ from support.recordings import (  # noqa: E402, F401
     spmd_d1_replay,
     spmd_d2,
 )
-from support.scripts import gsm8k_workdir  # noqa: E402, F401
 
 # `make test` runs on two pytest-xdist workers (-n 2 --dist loadgroup): most of a
 # test's time is one process starting up or waiting, so two at once use the two
 # cores. Tests sharing a session recording share a worker (each worker records
-# its own), each module stays on one worker (its module-scoped runs happen once),
-# and every run that starts AReaL's scheduler (single-controller mode, Ray) is on
-# the same worker: AReaL picks its workers' ports with the `random` module its
-# seeding has seeded, so two such runs with the same seed at once pick the same
-# ports (EADDRINUSE). SPMD runs get ports from the OS.
-SCHEDULER = "areal-scheduler"
-SCHEDULER_FIXTURES = {"sc_d2", "sc_workdir", "cpu_server", "gsm8k_workdir"}
-SCHEDULER_MODULES = {
-    "test_single_controller",
-    "test_example_scripts",
-    "test_agent_workflows",
-    "test_ray_scheduler",
-    "test_areal2_examples",
+# its own) and each module stays on one worker (its module-scoped runs happen once).
+#
+# Runs that start AReaL's scheduler (single-controller mode, Ray) are marked
+# `scheduler(seed=N)`: AReaL picks its workers' ports with the `random` module its
+# seeding has seeded with the config's seed, so two such runs with the same seed at
+# once pick the same ports (EADDRINUSE). One group per seed keeps those apart while
+# the AReaL scripts (seed SCRIPTS_SEED) and the shipped example (seed 1) run side by
+# side. SPMD runs get ports from the OS.
+from support.scripts import (
+    SCRIPTS_SEED,  # noqa: E402
+    gsm8k_workdir,  # noqa: E402, F401
+)
+from support.workdirs import tiny_assets, workdir  # noqa: E402, F401
+
+# The session recordings, by the group whose worker records them.
+FIXTURE_GROUPS = {
+    "sc_workdir": "scheduler-seed1",
+    "cpu_server": "scheduler-seed1",
+    "sc_d2": "scheduler-seed1",
+    "gsm8k_workdir": f"scheduler-seed{SCRIPTS_SEED}",
+    "spmd_d1": "spmd-recordings",
+    "spmd_d2": "spmd-recordings",
+    "spmd_d1_replay": "spmd-recordings",
 }
-SPMD_FIXTURES = {"spmd_d1", "spmd_d2", "spmd_d1_replay"}
-# Modules that reach the SPMD recordings through request.getfixturevalue too.
-SPMD_MODULES = {"test_areal_spmd", "test_reproduce"}
+
+
+# The seeds whose scheduler runs have a group (and so a worker) of their own.
+SCHEDULER_SEEDS = {1, SCRIPTS_SEED}
 
 
 def xdist_group_of(item) -> str:
-    module = item.module.__name__
-    names = set(item.fixturenames)
-    if (
-        names & SCHEDULER_FIXTURES
-        or module in SCHEDULER_MODULES
-        or "single-controller" in item.nodeid
-    ):
-        return SCHEDULER
-    if names & SPMD_FIXTURES or module in SPMD_MODULES:
-        return "spmd"
-    return module
+    groups = {FIXTURE_GROUPS[f] for f in item.fixturenames if f in FIXTURE_GROUPS}
+    if item.get_closest_marker("spmd_recordings") is not None:
+        groups.add("spmd-recordings")
+    if len(groups) > 1:
+        raise pytest.UsageError(
+            f"{item.nodeid} needs the session fixtures of xdist groups "
+            f"{sorted(groups)}; each worker would record them again"
+        )
+    mark = item.get_closest_marker("scheduler")
+    if mark is None:
+        return groups.pop() if groups else item.module.__name__
+    seed = mark.kwargs.get("seed", 1)
+    own = f"scheduler-seed{seed}"
+    if groups and own not in groups:
+        # A scheduler run on another group's worker, beside any scheduler run:
+        # only a seed no scheduler group uses keeps its ports apart.
+        if seed in SCHEDULER_SEEDS:
+            raise pytest.UsageError(
+                f"{item.nodeid} starts AReaL's scheduler with seed {seed} in group "
+                f"{groups.pop()}: give it a seed outside {sorted(SCHEDULER_SEEDS)}"
+            )
+        return groups.pop()
+    return own
 
 
 # First: pytest-xdist reads the marks in its own hook, to route each group.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    """Mark each test with its xdist group, and put the groups that run AReaL
+    most first: pytest-xdist hands groups out in collection order (`make test`
+    passes --no-loadscope-reorder), so the long ones start at once and the
+    short ones fill in around them."""
+    weight: dict[str, int] = {}
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(xdist_group_of(item)))
+        group = xdist_group_of(item)
+        item.add_marker(pytest.mark.xdist_group(group))
+        heavy = item.get_closest_marker("areal") is not None
+        weight[group] = weight.get(group, 0) + heavy
+    order = {group: i for i, group in enumerate(weight)}
+
+    def rank(item) -> tuple[int, int]:
+        group = item.get_closest_marker("xdist_group").args[0]
+        return -weight[group], order[group]
+
+    items.sort(key=rank)

@@ -16,13 +16,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from support.harness import recording_dir, replay_report
+from support.harness import assert_only_in_dump, recording_dir, replay_report
 from support.online_client import OnlineClient
-from support.scripts import DUMP, REPLAY, env_for, processes_of, run_script
+from support.scripts import (
+    DUMP,
+    REPLAY,
+    SCRIPTS_SEED,
+    env_for,
+    processes_of,
+    run_script,
+)
 
 from areal_debug.recording.reader import RecordingReader
 
-pytestmark = pytest.mark.areal
+pytestmark = [pytest.mark.areal, pytest.mark.scheduler(seed=SCRIPTS_SEED)]
 
 STEPS = 2
 # The proxy listens on the host's address; AReaL refuses its default key there.
@@ -141,11 +148,12 @@ def test_replay_needs_no_proxy_gateway_or_server(gsm8k_workdir, agent_run, agent
     )
     assert rc == 0, log[-4000:]
     assert "Creating 1 workers for role 'actor'" in log
-    # Only the actor's workers; AReaL logs these when it starts a proxy.
-    assert "role 'rollout'" not in log and "role 'proxy" not in log
-    assert "role 'data" not in log
-    assert "Initializing proxy workers" not in log
-    assert "Proxy gateway available" not in log
+    # Only the actor's workers: what AReaL logs as it starts the rollout side
+    # and the proxy is in the dump's log, not the replay's.
+    dump_log, _ = agent_dump
+    started = ["role 'rollout'", "role 'proxy", "Initializing proxy workers"]
+    started += ["Proxy gateway available"] if agent_run.online else ["role 'data"]
+    assert_only_in_dump(dump_log, log, started)
     if agent_run.online:
         assert "online mode (rollout.agent.mode=online): the recording stands in" in log
     report = replay_report(str(gsm8k_workdir), agent_run.experiment, "trial0_replay")

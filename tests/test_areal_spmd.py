@@ -28,7 +28,7 @@ from areal_debug.compare.statistics import training_stats
 from areal_debug.recording.format import LOCK_FILE, shard_payload_name, step_dirname
 from areal_debug.recording.reader import RecordingReader
 
-pytestmark = pytest.mark.areal
+pytestmark = [pytest.mark.areal, pytest.mark.spmd_recordings]
 
 KEY_METRICS = [
     "ppo_actor/update/actor_loss/avg",

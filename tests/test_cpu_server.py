@@ -8,12 +8,12 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 
 import pytest
 import torch
+from support.waiting import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -38,11 +38,12 @@ def server(tiny_assets, tmp_path_factory):
         start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 120
-        while not addr_file.exists():
-            assert proc.poll() is None, (d / "log").read_text()
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.2)
+        wait_until(
+            addr_file.exists,
+            120,
+            "the server did not start",
+            give_up=lambda: None if proc.poll() is None else (d / "log").read_text(),
+        )
         yield addr_file.read_text().strip()
     finally:
         os.killpg(proc.pid, signal.SIGKILL)

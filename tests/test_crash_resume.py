@@ -10,7 +10,6 @@ import io
 import os
 import shutil
 import signal
-import time
 
 import pytest
 from support.harness import (
@@ -22,6 +21,7 @@ from support.harness import (
     start_logged,
     torchrun,
 )
+from support.waiting import wait_until
 
 from areal_debug.cli import main as cli
 from areal_debug.recording.format import STEP_META, step_dirname
@@ -42,11 +42,15 @@ def kill_after_step(workdir: str, step: int) -> str:
     done = os.path.join(recording_dir(workdir), step_dirname(step), STEP_META)
     proc = start_logged(cmd, workdir, "killed", env)
     try:
-        deadline = time.monotonic() + 300
-        while not os.path.exists(done) and proc.poll() is None:
-            assert time.monotonic() < deadline, "the dump never recorded the step"
-            time.sleep(0.05)
-        assert proc.poll() is None, "the dump ended before it could be killed"
+        wait_until(
+            lambda: os.path.exists(done),
+            300,
+            "the dump never recorded the step",
+            interval=0.05,
+            give_up=lambda: None
+            if proc.poll() is None
+            else "the dump ended before it could be killed",
+        )
         os.killpg(proc.pid, signal.SIGKILL)
     finally:
         end_session(proc)
@@ -68,10 +72,9 @@ def test_a_killed_dump_run_resumes_and_its_recording_replays_bitwise(workdir):
     for step in complete:
         assert reader.verify_step(step)[1] == []
     # The kernel frees the lock as each killed process ends (within moments).
-    deadline = time.monotonic() + 30
-    while reader.writer() is not None:
-        assert time.monotonic() < deadline, reader.writer()
-        time.sleep(0.1)
+    wait_until(
+        lambda: reader.writer() is None, 30, lambda: f"still locked: {reader.writer()}"
+    )
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         rc = cli(["verify", path])

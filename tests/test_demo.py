@@ -29,8 +29,15 @@ def server_processes(workdir) -> list[str]:
     # `make demo` as shipped (SPMD, one process). Two processes are the same demo
     # code (--nproc only sets torchrun's count) and are covered against the fake
     # engine by tests/test_areal_spmd.py and tests/test_launcher.py.
-    [(1, []), (1, ["--single-controller"])],
-    ids=["spmd-1", "single-controller-1"],
+    [
+        pytest.param(1, [], id="spmd-1"),
+        pytest.param(
+            1,
+            ["--single-controller"],
+            id="single-controller-1",
+            marks=pytest.mark.scheduler,
+        ),
+    ],
 )
 def test_demo_records_and_replays_bit_for_bit(tmp_path, nproc, extra):
     wd = tmp_path / "demo"

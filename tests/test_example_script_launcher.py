@@ -12,12 +12,12 @@ shape), so the run covers those models in SPMD mode too.
 
 from __future__ import annotations
 
-import os
 import sys
 
 import pytest
 from support.harness import recording_dir, replay_report, run_logged
-from support.scripts import env_for, processes_of, script_path, write_gsm8k
+from support.scripts import env_for, processes_of, script_path
+from support.workdirs import make_workdir
 
 from areal_debug.recording.reader import RecordingReader
 
@@ -48,9 +48,7 @@ def test_gsm8k_script_records_and_replays_through_the_spmd_launcher(
 ):
     from areal_debug.testing import end_process, start_server
 
-    os.symlink(tiny_assets / "model", tmp_path / "model")
-    write_gsm8k(tmp_path)
-    os.makedirs(tmp_path / "root" / "name_resolve")
+    make_workdir(tmp_path, tiny_assets, data="gsm8k")
     server, addr = start_server(tmp_path, env_for(tmp_path))
     try:
         rc, log = launch(

@@ -180,7 +180,8 @@ def test_replay_through_the_launcher_starts_only_the_trainer(spmd_d2, alloc):
     assert "--nproc-per-node 2" in commands[0]
     expected = "fsdp:d2" if alloc.startswith("sglang") else "fsdp:d2p1t1"
     assert f"++allocation_mode={expected}" in commands[0]
-    assert "sglang_server" not in run.log and "llm_server" not in run.log
+    # The launcher logs every process it starts (the trainer's command above):
+    # that this is the only one is what shows no inference server was started.
     assert "Replay engine in place of the inference engine" in run.log
     assert "Trainer finished successfully" in run.log
     recorded, replayed = dump.stats_by_step(), run.stats_by_step()

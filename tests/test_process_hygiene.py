@@ -19,6 +19,7 @@ from support.harness import (
     start_logged,
     torchrun,
 )
+from support.waiting import wait_until
 
 
 def run_processes(workdir: str) -> list[psutil.Process]:
@@ -37,10 +38,12 @@ def signal_mid_run(workdir: str, name: str, overrides: list[str], sig, seed: int
     cmd, env, stats = fake_engine_command(workdir, name, torchrun(2), overrides)
     proc = start_logged(cmd, workdir, name, env)
     try:
-        deadline = time.monotonic() + 300
-        while proc.poll() is None and not _trained_a_step(stats):
-            assert time.monotonic() < deadline, "the run never finished a step"
-            time.sleep(0.05)
+        wait_until(
+            lambda: proc.poll() is not None or _trained_a_step(stats),
+            300,
+            "the run never finished a step",
+            interval=0.05,
+        )
         time.sleep(random.Random(seed).uniform(0, 1))
         assert proc.poll() is None, "the run ended before the signal"
         # torchrun and its two workers at least: the table check sees them.
@@ -48,9 +51,10 @@ def signal_mid_run(workdir: str, name: str, overrides: list[str], sig, seed: int
         proc.send_signal(sig)
         rc = proc.wait(timeout=120)
         # Whatever the run started ends with it (moments after torchrun).
-        deadline = time.monotonic() + 30
-        while run_processes(workdir) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        try:
+            wait_until(lambda: not run_processes(workdir), 30, "", interval=0.2)
+        except AssertionError:
+            pass  # what is left is named below
         left = [" ".join(p.cmdline())[:160] for p in run_processes(workdir)]
     finally:
         end_session(proc)

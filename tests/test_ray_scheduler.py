@@ -9,25 +9,40 @@ rollout worker, and ends every Ray process it started.
 
 from __future__ import annotations
 
-import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import psutil
 import pytest
-from support.harness import recording_dir, replay_report, run_logged
+from support.harness import (
+    assert_only_in_dump,
+    recording_dir,
+    replay_report,
+    run_logged,
+)
+from support.waiting import wait_until
+from support.workdirs import make_workdir
 
 from areal_debug.recording.reader import RecordingReader
 from areal_debug.testing import end_process, example_command, run_env, start_server
 
-pytestmark = pytest.mark.areal
+pytestmark = [pytest.mark.areal, pytest.mark.scheduler]
 
 EXPERIMENT = "tinydemo"
 STEPS = 2
+
+
+def _accepts(addr: str) -> bool:
+    host, port = addr.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=1).close()
+        return True
+    except OSError:
+        return False
 
 
 def processes_with(marker: str) -> list[str]:
@@ -41,11 +56,7 @@ def processes_with(marker: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def ray_workdir(tmp_path_factory, tiny_assets) -> Path:
-    d = tmp_path_factory.mktemp("ray")
-    os.symlink(tiny_assets / "model", d / "model")
-    os.symlink(tiny_assets / "data.jsonl", d / "data.jsonl")
-    os.makedirs(d / "root" / "name_resolve")
-    return d
+    return make_workdir(tmp_path_factory.mktemp("ray"), tiny_assets)
 
 
 @pytest.fixture(scope="module")
@@ -83,18 +94,25 @@ def ray_cluster(ray_workdir):
         )
     try:
         addr_file = Path(temp, "ray_current_cluster")
-        deadline = time.monotonic() + 180
-        while not addr_file.exists():
-            assert proc.poll() is None, (ray_workdir / "ray.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "Ray did not start in 180 s"
-            time.sleep(0.5)
-        time.sleep(1)  # the file is written before the node is fully up
-        yield addr_file.read_text().strip()
+        wait_until(
+            addr_file.exists,
+            180,
+            "Ray did not start",
+            interval=0.5,
+            give_up=lambda: None
+            if proc.poll() is None
+            else (ray_workdir / "ray.log").read_text()[-3000:],
+        )
+        # The file is written before the node serves: wait for its GCS port.
+        addr = addr_file.read_text().strip()
+        wait_until(lambda: _accepts(addr), 60, f"Ray's GCS at {addr} never answered")
+        yield addr
     finally:
         end_process(proc)
-        deadline = time.monotonic() + 30
-        while processes_with(temp) and time.monotonic() < deadline:
-            time.sleep(0.5)
+        try:
+            wait_until(lambda: not processes_with(temp), 30, "", interval=0.5)
+        except AssertionError:
+            pass  # what is left is killed and named below
         left = processes_with(temp)
         for p in psutil.process_iter(["cmdline"]):
             if temp in " ".join(p.info["cmdline"] or []):
@@ -155,7 +173,7 @@ def test_replay_with_the_ray_scheduler_is_bitwise(ray_workdir, ray_cluster, ray_
         ["debug.replay_rollout_data=true", "debug.replay_trial_name=ray_replay"],
     )
     assert rc == 0, log[-4000:]
-    assert "role 'rollout'" not in log
+    assert_only_in_dump(ray_dump, log, ["role 'rollout'"])
     report = replay_report(str(ray_workdir), EXPERIMENT, "ray_replay")
     assert report["summary"]["all_identical"] is True
     assert report["summary"]["steps"] == STEPS

@@ -10,9 +10,9 @@ import hashlib
 import os
 
 import pytest
+from support.xfs import ReflinkFilesystemUnavailable, used_bytes, xfs_mount
 
 from areal_debug.recording.checkpoints import _TreeCopy
-from areal_debug.testing import ReflinkFilesystemUnavailable, used_bytes, xfs_mount
 
 SIZE = 64 << 20
 

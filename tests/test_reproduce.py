@@ -11,7 +11,7 @@ import pytest
 from support.harness import replay_report, run_torchrun
 from support.recordings import DROPOUT, SPMD_D1_STEPS
 
-pytestmark = pytest.mark.areal
+pytestmark = [pytest.mark.areal, pytest.mark.spmd_recordings]
 
 
 def replay(recorded, trial, *overrides, path: str | None = None):

@@ -12,10 +12,11 @@ from __future__ import annotations
 import math
 import os
 import signal
-import time
+from pathlib import Path
 
 import pytest
 from support.harness import (
+    assert_only_in_dump,
     assert_whole_batch_statistics_kept,
     end_session,
     example_command,
@@ -26,12 +27,14 @@ from support.harness import (
     start_logged,
 )
 from support.recordings import SC_EXPERIMENT, SC_STEPS, SC_TRAIN_D2
+from support.waiting import wait_until
 
 from areal_debug.recording.reader import RecordingReader
 
-pytestmark = pytest.mark.areal
+pytestmark = [pytest.mark.areal, pytest.mark.scheduler]
 
 SC = "single-controller"
+CROSS_MODE_SEED = 3
 STEPS = SC_STEPS
 EXP = SC_EXPERIMENT
 TRAIN_D2 = SC_TRAIN_D2
@@ -43,11 +46,12 @@ def recording(workdir, trial: str) -> str:
 
 def assert_no_workers_left(workdir, grace: float = 5.0) -> None:
     """Every RPC worker of the run has exited (zombies aside)."""
-    deadline = time.monotonic() + grace
-    while rpc_workers(workdir) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    left = rpc_workers(workdir)
-    assert not left, [" ".join(p.cmdline()) for p in left]
+    wait_until(
+        lambda: not rpc_workers(workdir),
+        grace,
+        lambda: str([" ".join(p.cmdline()) for p in rpc_workers(workdir)]),
+        interval=0.2,
+    )
 
 
 def assert_finite_replay(report: dict) -> None:
@@ -108,7 +112,7 @@ def test_same_mode_replay_is_bitwise_without_rollout_workers(sc_workdir, sc_d2):
     assert run.returncode == 0, run.log[-3000:]
     # Only the actor's workers: no rollout worker, no server.
     assert "Creating 2 workers for role 'actor'" in run.log
-    assert "role 'rollout'" not in run.log
+    assert_only_in_dump(sc_d2.run.log, run.log, ["role 'rollout'"])
     report = replay_report(str(sc_workdir), experiment=EXP, trial="sc_replay")
     assert report["topology"]["changed"] is False
     assert report["summary"]["all_identical"] is True
@@ -154,26 +158,29 @@ def test_single_controller_recording_replays_in_spmd_mode(sc_workdir, sc_d2):
     assert_finite_replay(report)
 
 
-def test_spmd_recording_replays_in_single_controller_mode(sc_workdir, spmd_d1):
+# On the worker that records spmd_d1, beside other scheduler runs: a seed of its own.
+@pytest.mark.scheduler(seed=CROSS_MODE_SEED)
+def test_spmd_recording_replays_in_single_controller_mode(workdir, spmd_d1):
     # The shared SPMD recording (fake engine, dropout model) replayed by the
     # shipped example as a single controller.
     run = replay(
-        sc_workdir,
+        workdir,
         SC,
         "spmd",
         "spmd_in_sc",
         f"debug.path={spmd_d1.path}",
         f"actor.path={spmd_d1.workdir / 'model'}",
+        f"seed={CROSS_MODE_SEED}",
         *spmd_d1.train_overrides,
     )
     assert run.returncode == 0, run.log[-3000:]
     assert "Topology changed: recorded in spmd mode" in run.log
-    report = replay_report(str(sc_workdir), experiment=EXP, trial="spmd_in_sc")
+    report = replay_report(str(workdir), experiment=EXP, trial="spmd_in_sc")
     assert report["topology"]["changed"] is True
     assert report["topology"]["replay_mode"] == SC
     assert_finite_replay(report)
     assert_whole_batch_statistics_kept(report)
-    assert_no_workers_left(sc_workdir)
+    assert_no_workers_left(workdir)
 
 
 def test_failing_replay_exits_nonzero_and_leaves_no_worker(sc_workdir, sc_d2):
@@ -201,13 +208,15 @@ def interrupt(workdir, name, mode_overrides, server_addr, wait_for, send) -> int
     proc = start_logged(cmd, str(workdir), name, env)
     log_path = os.path.join(workdir, f"{name}.log")
     try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and proc.poll() is None:
-            with open(log_path, errors="replace") as f:
-                if wait_for in f.read():
-                    break
-            time.sleep(0.2)
-        assert proc.poll() is None, "the run ended before it could be interrupted"
+        wait_until(
+            lambda: wait_for in Path(log_path).read_text(errors="replace"),
+            300,
+            f"the run never logged {wait_for!r}",
+            interval=0.2,
+            give_up=lambda: None
+            if proc.poll() is None
+            else "the run ended before it could be interrupted",
+        )
         send(proc)
         rc = proc.wait(timeout=90)
         assert_no_workers_left(workdir)

@@ -238,3 +238,11 @@ def assert_whole_batch_statistics_kept(report: dict) -> None:
                 name,
                 m,
             )
+
+
+def assert_only_in_dump(dump_log: str, replay_log: str, texts) -> None:
+    """Each text is in the dump's log and not in the replay's: what AReaL logs
+    as it starts something the replay must not start, shown to be detectable."""
+    for text in texts:
+        assert text in dump_log, f"the dump never logged {text!r}"
+        assert text not in replay_log, f"the replay logged {text!r}"

@@ -29,6 +29,7 @@ from support.harness import (
     run_launcher,
     run_torchrun,
 )
+from support.workdirs import make_workdir
 
 DROPOUT = ["actor.disable_dropout=false"]
 ANOMALY_THRESHOLD = "ppo_actor/update/grad_norm > 0"
@@ -56,12 +57,7 @@ class Recorded:
 
 
 def _workdir(tmp_path_factory, tiny_assets, name: str, model: bool = True) -> Path:
-    d = tmp_path_factory.mktemp(name)
-    if model:
-        os.symlink(tiny_assets / "model", d / "model")
-    os.symlink(tiny_assets / "data.jsonl", d / "data.jsonl")
-    os.makedirs(d / "root" / "name_resolve", exist_ok=True)
-    return d
+    return make_workdir(tmp_path_factory.mktemp(name), tiny_assets, model=model)
 
 
 @pytest.fixture(scope="session")

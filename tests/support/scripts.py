@@ -52,12 +52,15 @@ def write_gsm8k(root: Path, n_train: int = 32, n_test: int = 8) -> Path:
 
 @pytest.fixture(scope="session")
 def gsm8k_workdir(tmp_path_factory, tiny_assets) -> Path:
-    d = tmp_path_factory.mktemp("gsm8k")
-    os.symlink(tiny_assets / "model", d / "model")
-    write_gsm8k(d)
-    os.makedirs(d / "root" / "name_resolve")
-    return d
+    from support.workdirs import make_workdir
 
+    return make_workdir(tmp_path_factory.mktemp("gsm8k"), tiny_assets, data="gsm8k")
+
+
+# The seed every script run is given: apart from the shipped example's (1), so
+# that script runs and example runs may start AReaL's scheduler at the same time
+# (tests/conftest.py groups the tests by it).
+SCRIPTS_SEED = 2
 
 # The flags a script's dump and replay runs add, deterministic as the tests compare bits.
 DUMP = ["debug.dump_rollout_data=true", "debug.deterministic=true"]
@@ -117,7 +120,13 @@ def run_script(
 ) -> tuple[int, str]:
     """Run ``tests/scripts/<script>`` with ``--config tests/scripts/<config>``;
     the run's own processes must all be gone when it returns."""
-    cmd = [sys.executable, script_path(script), "--config", script_path(config)]
+    cmd = [
+        sys.executable,
+        script_path(script),
+        "--config",
+        script_path(config),
+        f"seed={SCRIPTS_SEED}",
+    ]
     rc, log = run_logged(
         [*cmd, *overrides], str(workdir), name, env_for(workdir, server, teacher), 900
     )
