@@ -120,7 +120,7 @@ def test_where_memory_may_not_be_read_payloads_go_through_shared_memory(
         w.close()
     finally:
         process.close()
-    assert w._payloads is process and not process.reads_memory
+    assert w._payloads.process is process and not process.reads_memory
     reader = RecordingReader(path)
     assert reader.available_steps() == [0, 1]
     for step in range(2):
@@ -207,7 +207,7 @@ def test_a_writer_process_that_cannot_start_leaves_the_writer_thread_to_store(
     w.submit_batch(0, batch(8))
     w.close()
     process.close()
-    assert w._payloads is None  # fell back, once
+    assert w._payloads.process is None  # fell back, once
     assert RecordingReader(path).available_steps() == [0]
 
 

@@ -19,9 +19,9 @@ from areal_debug.recording.format import (
 )
 from areal_debug.recording.packed_payload import pack
 from areal_debug.recording.reader import RecordingReader, format_ranges
+from areal_debug.recording.snapshot import snapshot_batch
 from areal_debug.recording.writer import (
     RecordingWriter,
-    snapshot_batch,
     supersede_steps,
     write_manifest,
 )
@@ -39,6 +39,16 @@ def traj(seed: int, group: int = 2, length: int = 5) -> dict:
         "attention_mask": torch.ones(group, length, dtype=torch.bool),
         "rewards": torch.rand(group, generator=g),
     }
+
+
+def patch_writer(monkeypatch, name: str, fake) -> None:
+    """Replace ``name`` (save_payload, atomic_write_json) in every module of the
+    writer that calls it."""
+    from areal_debug.recording import payload_router, step_files, stop_marker
+
+    for module in (payload_router, step_files, stop_marker):
+        if hasattr(module, name):
+            monkeypatch.setattr(module, name, fake)
 
 
 def manifest(num_shards=1, steps_per_epoch=10, trial="t0"):
@@ -301,7 +311,7 @@ def test_a_full_disk_stops_the_recording_where_it_failed(tmp_path, monkeypatch):
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(path, obj, *args)
 
-    monkeypatch.setattr(store_writer, "save_payload", disk_full_from_step_2)
+    patch_writer(monkeypatch, "save_payload", disk_full_from_step_2)
     errors: list[str] = []
     handler = logging.Handler(logging.ERROR)
     handler.emit = lambda record: errors.append(record.getMessage())
@@ -352,7 +362,7 @@ def test_only_batches_wait_for_the_writer(tmp_path, monkeypatch):
         release.wait(60)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(store_writer, "save_payload", held)
+    patch_writer(monkeypatch, "save_payload", held)
     write_manifest(str(tmp_path), manifest())
     w = RecordingWriter(
         str(tmp_path),
@@ -388,7 +398,7 @@ def test_only_batches_wait_for_the_writer(tmp_path, monkeypatch):
 
 
 def test_a_stop_after_a_steps_batch_keeps_the_step_and_says_what_it_lacks(
-    tmp_path, capsys
+    tmp_path, capsys, monkeypatch
 ):
     """The disk fills while a step's statistics are written, after its batch is
     whole: the step stays replayable without them, and the marker, the log and
@@ -409,14 +419,12 @@ def test_a_stop_after_a_steps_batch_keeps_the_step_and_says_what_it_lacks(
     w = RecordingWriter(
         str(tmp_path), shard=0, num_shards=1, steps_per_epoch=10, writer_process=False
     )
-    store_writer.atomic_write_json = full_at_stats_of_step_2
-    try:
-        for step in range(4):
-            w.submit_batch(step, [traj(step)])
-            w.submit_stats(step, {"loss": float(step)})
-        w.close()
-    finally:
-        store_writer.atomic_write_json = real
+    patch_writer(monkeypatch, "atomic_write_json", full_at_stats_of_step_2)
+    for step in range(4):
+        w.submit_batch(step, [traj(step)])
+        w.submit_stats(step, {"loss": float(step)})
+    w.close()
+    monkeypatch.undo()
     reader = RecordingReader(str(tmp_path))
     assert reader.available_steps() == [0, 1, 2]
     assert reader.recorded_stats(2) is None and reader.recorded_stats(1) == {

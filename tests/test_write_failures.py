@@ -125,7 +125,7 @@ def test_the_stop_marker_uses_reserved_space_when_nothing_else_fits(
 ):
     import errno
 
-    from test_store import manifest, traj
+    from test_store import manifest, patch_writer, traj
 
     from areal_debug.recording import writer as store_writer
 
@@ -139,8 +139,8 @@ def test_the_stop_marker_uses_reserved_space_when_nothing_else_fits(
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(store_writer, "save_payload", full)
-    monkeypatch.setattr(store_writer, "atomic_write_json", full)
+    patch_writer(monkeypatch, "save_payload", full)
+    patch_writer(monkeypatch, "atomic_write_json", full)
     w.submit_batch(0, [traj(0)])
     w.close()
     (stop,) = RecordingReader(path).stopped()
@@ -153,7 +153,7 @@ def test_in_a_read_only_directory_the_marker_stays_in_its_reservation(
     import errno
     import os
 
-    from test_store import manifest, traj
+    from test_store import manifest, patch_writer, traj
 
     from areal_debug.recording import writer as store_writer
     from areal_debug.recording.format import reserved_marker_name, stopped_marker_name
@@ -169,10 +169,10 @@ def test_in_a_read_only_directory_the_marker_stays_in_its_reservation(
 
     # A directory that takes no new names: no file created, none renamed, none
     # removed; the reservation made at start is still writable.
-    monkeypatch.setattr(store_writer, "save_payload", denied)
-    monkeypatch.setattr(store_writer, "atomic_write_json", denied)
-    monkeypatch.setattr(store_writer.os, "replace", denied)
-    monkeypatch.setattr(store_writer.os, "unlink", denied)
+    patch_writer(monkeypatch, "save_payload", denied)
+    patch_writer(monkeypatch, "atomic_write_json", denied)
+    monkeypatch.setattr(os, "replace", denied)
+    monkeypatch.setattr(os, "unlink", denied)
     w.submit_batch(0, [traj(0)])
     w.close()
     monkeypatch.undo()

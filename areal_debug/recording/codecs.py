@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Payload codecs (v2: ``zstd`` or ``none``) and checksums: bytes in, bytes out."""
+"""Payload codecs (v2: the members of ``format.Codec``) and checksums: bytes in,
+bytes out."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any, BinaryIO
 
 import zstandard
 
-from areal_debug.recording.format import CODECS, RecordingError
+from areal_debug.recording.format import Codec, RecordingError
 
 
 def sha256_bytes(data: bytes | memoryview) -> str:
@@ -18,7 +19,7 @@ def sha256_bytes(data: bytes | memoryview) -> str:
 
 def encode_payload(raw: bytes | memoryview, codec: str, level: int) -> bytes:
     """The bytes to store for a ``torch.save`` output ``raw``, in one go."""
-    if codec == "none":
+    if Codec(codec) is Codec.NONE:
         return raw
     return zstandard.ZstdCompressor(level=level, write_content_size=True).compress(raw)
 
@@ -44,14 +45,14 @@ class PayloadSink:
         self.file = file
         # Called before each write: may raise to abandon the file.
         self.check = check
-        self.codec = codec
+        self.codec = Codec(codec)
         self.raw_bytes = 0
         self.bytes = 0
         self._sha = hashlib.sha256()
         self._pending = bytearray()
         self._encoder = (
             zstandard.ZstdCompressor(level=level, threads=threads).compressobj()
-            if codec == "zstd"
+            if self.codec is Codec.ZSTD
             else None
         )
 
@@ -80,7 +81,7 @@ class PayloadSink:
         if self._encoder is not None:
             self._store(self._encoder.flush())
         return {
-            "codec": self.codec,
+            "codec": self.codec.value,
             "bytes": self.bytes,
             "raw_bytes": self.raw_bytes,
             # Over the bytes on disk: a damaged file is caught before decoding it.
@@ -106,12 +107,12 @@ class PayloadSink:
 
 def decode_payload(data: bytes, codec: str, raw_bytes: int | None, name: str) -> bytes:
     """The ``torch.save`` bytes of a stored payload; never more than ``raw_bytes``."""
-    if codec == "none":
+    if codec == Codec.NONE:
         return data
-    if codec != "zstd":
+    if codec != Codec.ZSTD:
         raise RecordingError(
             f"{name} uses codec {codec!r}, which this areal-debug does not read "
-            f"(it reads {list(CODECS)}). Install the areal-debug version that wrote "
+            f"(it reads {Codec.names()}). Install the areal-debug version that wrote "
             "the recording, or a newer one."
         )
     if not isinstance(raw_bytes, int) or raw_bytes < 0:

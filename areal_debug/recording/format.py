@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """On-disk format of a recording (v2; v1 still read): versions, names, step
-directories, stop markers. Codecs are in ``codecs``, atomic I/O in ``atomic``, what a
-payload may hold in ``payload_rules``.
+directories, stop markers, the codecs' names (``Codec``). Encoding is in ``codecs``,
+atomic I/O in ``atomic``, what a payload may hold in ``payload_rules``.
 
 Layout (see docs/format.md)::
 
@@ -24,13 +24,35 @@ from __future__ import annotations
 
 import json
 import os
+from enum import StrEnum
 from typing import Any
 
 # v2: payloads may be compressed (shard metadata names the codec). v1 payloads are
 # plain torch.save files and load unchanged: no migration step is needed.
 FORMAT_VERSION = 2
 SUPPORTED_FORMAT_VERSIONS = (1, 2)
-CODECS = ("zstd", "none")
+
+
+class Codec(StrEnum):
+    """How a payload's bytes are stored: its metadata's ``codec`` (the member's
+    value) and the suffix of its file name. The one list of codecs."""
+
+    ZSTD = "zstd", ".pt.zst"
+    # Also every v1 payload, whose metadata names no codec.
+    NONE = "none", ".pt"
+
+    def __new__(cls, value: str, suffix: str):
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.suffix = suffix
+        return member
+
+    @classmethod
+    def names(cls) -> list[str]:
+        """The codecs' names, as metadata and ``debug.compression`` spell them."""
+        return [c.value for c in cls]
+
+
 # zstd levels a dump may use: its fast levels (negative) and 1-22 (0 is not a level
 # of its own: zstd reads it as 3). The default was chosen by measurement
 # (benchmarks/compression.py, benchmarks/dump_overhead.py).
@@ -104,10 +126,6 @@ def dir_bytes(path: str) -> int:
     return total
 
 
-def payload_suffix(codec: str) -> str:
-    return ".pt.zst" if codec == "zstd" else ".pt"
-
-
 def complete_step_dirs(path: str) -> dict[int, str]:
     """{global step: directory} of the steps whose step.json exists."""
     return {
@@ -117,8 +135,8 @@ def complete_step_dirs(path: str) -> dict[int, str]:
     }
 
 
-def shard_payload_name(shard: int, codec: str = "none") -> str:
-    return f"shard-{shard:05d}{payload_suffix(codec)}"
+def shard_payload_name(shard: int, codec: str = Codec.NONE) -> str:
+    return f"shard-{shard:05d}{Codec(codec).suffix}"
 
 
 def stopped_marker_name(shard: int) -> str:
@@ -187,8 +205,8 @@ def reserved_marker(path: str) -> Any | None:
         return {"error": f"the head stopped; its stop marker {path} is cut short"}
 
 
-def teacher_payload_name(codec: str = "none") -> str:
-    return f"teacher_logp{payload_suffix(codec)}"
+def teacher_payload_name(codec: str = Codec.NONE) -> str:
+    return f"teacher_logp{Codec(codec).suffix}"
 
 
 def shard_meta_name(shard: int) -> str:

@@ -43,8 +43,17 @@ import torch
 
 from areal_debug.recording.atomic import atomic_file
 from areal_debug.recording.codecs import PayloadSink
-from areal_debug.recording.format import RecordingError
+from areal_debug.recording.format import Codec, RecordingError
 from areal_debug.recording.packed_payload import PackPlan, numel, unpack
+from areal_debug.recording.payload_messages import (
+    Placed,
+    Reply,
+    ReplyStatus,
+    Stop,
+    StorePacked,
+    StorePlan,
+    StoreRequest,
+)
 from areal_debug.recording.payload_rules import describe_batch
 
 # Offsets in shared memory are aligned so every dtype can view its buffer.
@@ -63,7 +72,7 @@ CHILD_MODULE = "areal_debug.recording.payload_process"
 def save_payload(
     path: str,
     obj: Any,
-    codec: str = "none",
+    codec: str = Codec.NONE,
     level: int = 1,
     check: Callable[[], None] | None = None,
     threads: int = 0,
@@ -90,9 +99,7 @@ def _aligned(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
-def _lay_out(
-    pieces: list[tuple[str, list[int]]],
-) -> tuple[list[tuple[str, int, list[int]]], int]:
+def _lay_out(pieces: list[tuple[str, list[int]]]) -> tuple[list[Placed], int]:
     """Tensors ((dtype name, shape) each) one after another in memory, each at
     an aligned offset: their (dtype, offset, shape), and the bytes they span."""
     layout, offset = [], 0
@@ -212,18 +219,22 @@ class PayloadProcess:
         this process's memory; ``MemoryNotReadable`` if it may not."""
         # The tensors stay referenced (and so in place) until the reply.
         dense = [[_dense(t) for t in group] for group in plan.groups]
-        request = {
-            **_header(path, codec, level, threads, describe),
-            "plan": dataclasses.replace(plan, groups=None),
-            "spans": [[(t.data_ptr(), t.nbytes) for t in group] for group in dense],
-        }
+        request = StorePlan(
+            path,
+            Codec(codec).value,
+            level,
+            threads,
+            describe,
+            plan=dataclasses.replace(plan, groups=None),
+            spans=[[(t.data_ptr(), t.nbytes) for t in group] for group in dense],
+        )
         with self._lock:
             self._start()
-            reply = self._request(path, request)
-        if reply[0] == "unreadable":
+            reply = self._request(request)
+        if reply.status is ReplyStatus.UNREADABLE:
             self.reads_memory = False
-            raise MemoryNotReadable(reply[1])
-        return self._result(reply)
+            raise MemoryNotReadable(reply.message)
+        return reply.result()
 
     def store(
         self,
@@ -246,17 +257,21 @@ class PayloadProcess:
                 k: None if k == "buffers" or k in tensors else v
                 for k, v in packed.items()
             }
-            request = {
-                **_header(path, codec, level, threads, describe),
-                "packed": plain,
-                "tensors": dict(zip(tensors, layout, strict=False)),
-                "buffers": layout[len(tensors) :],
-                "arena": self._arena.size if new_arena else None,
-            }
-            reply = self._request(path, request, self._arena.fd if new_arena else None)
-        return self._result(reply)
+            request = StorePacked(
+                path,
+                Codec(codec).value,
+                level,
+                threads,
+                describe,
+                packed=plain,
+                tensors=dict(zip(tensors, layout, strict=False)),
+                buffers=layout[len(tensors) :],
+                arena=self._arena.size if new_arena else None,
+            )
+            reply = self._request(request, self._arena.fd if new_arena else None)
+        return reply.result()
 
-    def _copy_in(self, tensors: list[torch.Tensor]) -> tuple[list[tuple], bool]:
+    def _copy_in(self, tensors: list[torch.Tensor]) -> tuple[list[Placed], bool]:
         """Copy ``tensors`` into the arena (grown to fit); their (dtype, offset,
         shape) there, and whether the arena is new (its fd must go across)."""
         layout, offset = _lay_out(
@@ -279,7 +294,7 @@ class PayloadProcess:
             self._arena.bytes[at : at + n].view(t.dtype).copy_(t.reshape(-1))
         return layout, new_arena
 
-    def _request(self, path: str, request: dict, fd: int | None = None) -> tuple:
+    def _request(self, request: StoreRequest, fd: int | None = None) -> Reply:
         """Send ``request`` (and ``fd``), wait for the reply with the GIL released."""
         try:
             # Plain pickle: the request holds no tensor.
@@ -288,15 +303,9 @@ class PayloadProcess:
                 socket.send_fds(self._sock, [b"F"], [fd])
             reply = pickle.loads(self._conn.recv_bytes())
         except (EOFError, OSError) as e:
-            raise self._died(path) from e
+            raise self._died(request.path) from e
         self._served += 1
         return reply
-
-    @staticmethod
-    def _result(reply: tuple) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        if reply[0] == "ok":
-            return reply[1], reply[2]
-        raise _error_from(reply[1])
 
     def _died(self, path: str) -> RecordingError:
         code = self._proc.wait() if self._proc is not None else None
@@ -319,7 +328,7 @@ class PayloadProcess:
     def _close(self) -> None:
         if self._conn is not None:
             with contextlib.suppress(OSError):
-                self._conn.send_bytes(pickle.dumps(None))
+                self._conn.send_bytes(pickle.dumps(Stop()))
             self._conn.close()
             self._sock.close()
             self._conn = self._sock = None
@@ -333,20 +342,6 @@ class PayloadProcess:
         if self._arena is not None:
             self._arena.close()
             self._arena = None
-
-
-def _header(
-    path: str, codec: str, level: int, threads: int, describe: bool
-) -> dict[str, Any]:
-    """What every request says: where to store, how to compress, whether to
-    describe the batch too."""
-    return {
-        "path": path,
-        "codec": codec,
-        "level": level,
-        "threads": threads,
-        "describe": describe,
-    }
 
 
 PR_SET_PTRACER = 0x59616D61
@@ -376,21 +371,6 @@ def _path() -> str:
     here = os.path.dirname(os.path.dirname(os.path.abspath(areal_debug.__file__)))
     inherited = os.environ.get("PYTHONPATH")
     return os.pathsep.join([here, inherited] if inherited else [here])
-
-
-def _portable(e: BaseException) -> dict[str, Any]:
-    if isinstance(e, OSError) and e.errno is not None:
-        return {"errno": e.errno, "strerror": e.strerror, "filename": e.filename}
-    return {"type": type(e).__name__, "message": str(e)}
-
-
-def _error_from(d: dict[str, Any]) -> BaseException:
-    """The writer process's error, as the training process raises it: OSErrors
-    keep their class and errno (a full disk is still ``OSError(ENOSPC)``)."""
-    if "errno" in d:
-        args = (d["errno"], d["strerror"])
-        return OSError(*args, d["filename"]) if d["filename"] else OSError(*args)
-    return RecordingError(f"{d['type']}: {d['message']} (in the writer process)")
 
 
 _shared: PayloadProcess | None = None
@@ -441,18 +421,19 @@ def _serve(fd: int) -> int:
             request = pickle.loads(conn.recv_bytes())
         except (EOFError, OSError):
             return 0  # the training process has ended
-        if request is None:
+        if isinstance(request, Stop):
             return 0
         try:
             # The payload's tensors live only in this call: the memory they
             # view can be remapped for the next one.
-            reply = ("ok", *_store(request, memory.payload(request), check, describer))
+            payload = memory.payload(request)
+            reply = Reply(ReplyStatus.OK, *_store(request, payload, check, describer))
         except MemoryNotReadable as e:
-            reply = ("unreadable", str(e))
+            reply = Reply(ReplyStatus.UNREADABLE, message=str(e))
         except ParentGone:
             return 0
         except BaseException as e:  # noqa: BLE001 - every error goes back
-            reply = ("error", _portable(e))
+            reply = Reply.failed(e)
         try:
             conn.send_bytes(pickle.dumps(reply))
         except OSError:
@@ -471,22 +452,26 @@ class _Memory:
         self.arena: mmap.mmap | None = None
         self.scratch: mmap.mmap | None = None
 
-    def payload(self, request: dict) -> dict[str, Any]:
+    def payload(self, request: StoreRequest) -> dict[str, Any]:
         """The request's packed payload, over this memory."""
-        if "plan" in request:
-            return self._read(request["plan"], request["spans"])
-        if request["arena"]:
+        match request:
+            case StorePlan():
+                return self._read(request.plan, request.spans)
+            case StorePacked():
+                return self._from_arena(request)
+        raise TypeError(f"not a request the writer process serves: {request!r}")
+
+    def _from_arena(self, request: StorePacked) -> dict[str, Any]:
+        if request.arena:
             _, fds, _, _ = socket.recv_fds(self.sock, 1, 1)
             if self.arena is not None:
                 self.arena.close()
-            self.arena = mmap.mmap(fds[0], request["arena"])
+            self.arena = mmap.mmap(fds[0], request.arena)
             os.close(fds[0])
-        packed = dict(request["packed"])
-        for k, spec in request["tensors"].items():
+        packed = dict(request.packed)
+        for k, spec in request.tensors.items():
             packed[k] = _in_arena(self.arena, *spec)
-        packed["buffers"] = [
-            _in_arena(self.arena, *spec) for spec in request["buffers"]
-        ]
+        packed["buffers"] = [_in_arena(self.arena, *spec) for spec in request.buffers]
         return packed
 
     def _read(self, plan: PackPlan, spans: list[list[tuple[int, int]]]):
@@ -568,23 +553,23 @@ def read_memory(pid: int, spans: list[tuple[int, int]], into: int) -> None:
 
 
 def _store(
-    request: dict,
+    request: StoreRequest,
     packed: dict[str, Any],
     check: Callable[[], None],
     describer: ThreadPoolExecutor,
 ):
     described = None
-    if request["describe"]:
+    if request.describe:
         # Beside the save, which spends most of its time with the GIL released.
         described = describer.submit(describe_packed, packed)
     try:
         stored = save_payload(
-            request["path"],
+            request.path,
             packed,
-            request["codec"],
-            request["level"],
+            request.codec,
+            request.level,
             check,
-            request["threads"],
+            request.threads,
         )
     finally:
         described = described.result() if described is not None else None

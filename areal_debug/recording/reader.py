@@ -19,6 +19,7 @@ from areal_debug.recording.format import (
     STATS,
     STEP_META,
     SUPPORTED_FORMAT_VERSIONS,
+    Codec,
     RecordingError,
     complete_step_dirs,
     list_step_dirs,
@@ -338,7 +339,7 @@ class RecordingReader:
         data = _read_checked(path, entry["sha256"], fix)
         # v1 metadata has no codec: its payloads are plain torch.save files.
         raw = decode_payload(
-            data, entry.get("codec", "none"), entry.get("raw_bytes"), path
+            data, entry.get("codec", Codec.NONE.value), entry.get("raw_bytes"), path
         )
         return load_payload_bytes(raw, path), path
 

@@ -14,7 +14,7 @@ import os
 import re
 from typing import Any
 
-from areal_debug.recording.format import CODECS, RecordingError
+from areal_debug.recording.format import Codec, RecordingError
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 # Per-token keys a trainer reads beside input_ids: each has its shape.
@@ -84,10 +84,12 @@ def check_entry(entry: Any, path: str, where: str) -> None:
         raise invalid(
             path, "step metadata", f"{where}.sha256 is {sha!r}, not 64 hex digits"
         )
-    codec = entry.get("codec", "none")
+    codec = entry.get("codec", Codec.NONE.value)
     if not isinstance(codec, str):
         raise invalid(
-            path, "step metadata", f"{where}.codec is {codec!r}, not one of {CODECS}"
+            path,
+            "step metadata",
+            f"{where}.codec is {codec!r}, not one of {tuple(Codec.names())}",
         )
     for key, default in (("bytes", None), ("raw_bytes", 0), ("num_trajectories", 0)):
         value = entry.get(key, default)
