@@ -14,6 +14,7 @@ from areal_debug.recording.format import (
     DEFAULT_ZSTD_LEVEL,
     DEFAULT_ZSTD_THREADS,
     ZSTD_LEVELS,
+    Codec,
 )
 from areal_debug.recording.retention import parse_steps
 from areal_debug.stages.names import TOKEN_STAGES
@@ -82,7 +83,7 @@ class DebugConfig:
             "payload losslessly (a padded RLVR batch shrinks to ~0.1-0.15 of its "
             "torch.save size; `make bench` measures it); 'none' stores torch.save "
             "output as is.",
-            "choices": ["zstd", "none"],
+            "choices": Codec.names(),
         },
     )
     compression_level: int = field(
@@ -284,10 +285,9 @@ class DebugConfig:
                 "debug.replay_rollout_data=true (with debug.path naming the "
                 "recording) to replay."
             )
-        if self.compression not in ("zstd", "none"):
+        if self.compression not in Codec.names():
             raise ValueError(
-                f"debug.compression={self.compression!r} is not one of "
-                "['zstd', 'none']."
+                f"debug.compression={self.compression!r} is not one of {Codec.names()}."
             )
         low, high = ZSTD_LEVELS
         if not low <= self.compression_level <= high or self.compression_level == 0:

@@ -8,10 +8,10 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 import torch
+from support.waiting import wait_until
 
 from areal_debug.recording import payload_process
 from areal_debug.recording.format import RecordingError
@@ -170,10 +170,12 @@ def test_it_ends_when_the_training_process_is_killed(tmp_path):
         child = int(parent.stdout.readline())
         parent.kill()
         parent.wait(timeout=30)
-        deadline = time.monotonic() + 30
-        while _alive(child) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _alive(child), "the writer process outlived its parent"
+        wait_until(
+            lambda: not _alive(child),
+            30,
+            "the writer process outlived its parent",
+            interval=0.05,
+        )
     finally:
         parent.kill()
         parent.wait()
