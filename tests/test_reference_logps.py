@@ -76,7 +76,7 @@ def traj(rows: int, cols: int) -> dict:
 
 
 def test_recorded_reference_logps_stand_in_for_the_forward_pass():
-    stand_in = RecordedRefLogp(rank=1)
+    ref = RecordedRefLogp(rank=1)
     recorded = {
         "rank 0/ref_logp/trajectory 0": torch.full((4, 3), -1.0),
         "rank 1/ref_logp/trajectory 0": torch.full((4, 5), -2.0),
@@ -86,8 +86,8 @@ def test_recorded_reference_logps_stand_in_for_the_forward_pass():
     def forward(data):
         raise AssertionError("the reference forward ran")
 
-    compute = stand_in._instead(forward)
-    stand_in.hand_over(3, recorded)
+    compute = ref.stand_in(forward)
+    ref.hand_over(3, recorded)
     out = compute([traj(4, 5), traj(4, 6)])
     assert [t[0, 0].item() for t in out] == [-2.0, -3.0]
     # Handed over once per step: a second call in the step is refused.
@@ -96,13 +96,58 @@ def test_recorded_reference_logps_stand_in_for_the_forward_pass():
 
 
 def test_recorded_reference_logps_refuse_another_layout_or_a_gap():
-    stand_in = RecordedRefLogp(rank=0)
-    compute = stand_in._instead(lambda data: None)
-    stand_in.hand_over(2, {"rank 0/ref_logp/trajectory 0": torch.zeros(4, 3)})
+    ref = RecordedRefLogp(rank=0)
+    compute = ref.stand_in(lambda data: None)
+    ref.hand_over(2, {"rank 0/ref_logp/trajectory 0": torch.zeros(4, 3)})
     with pytest.raises(RecordingError, match="data-parallel layout differs"):
         compute([traj(4, 3), traj(4, 3)])
     with pytest.raises(RecordingError, match="debug.record_ref_logp=true"):
-        stand_in.hand_over(2, {"rank 1/ref_logp/trajectory 0": torch.zeros(4, 3)})
+        ref.hand_over(2, {"rank 1/ref_logp/trajectory 0": torch.zeros(4, 3)})
+
+
+def test_a_malformed_stage_tensor_key_in_the_recording_is_named():
+    recorded = {"rank 0/ref_logp/trajectory 0": torch.zeros(4, 3), "rank x/logp": 0}
+    with pytest.raises(RecordingError, match="malformed key: 'rank x/logp'"):
+        ref_logp_tensors(recorded)
+    with pytest.raises(RecordingError, match="malformed key: 'rank x/logp'"):
+        RecordedRefLogp(rank=0).hand_over(1, recorded)
+
+
+class FakeRef:
+    """The reference engine's surface the probes wrap."""
+
+    def __init__(self):
+        self.forwards = 0
+
+    def forward(self, data):
+        self.forwards += 1
+        return torch.zeros(4, 3)
+
+    def compute_logp(self, data):
+        return [self.forward(traj) for traj in data]
+
+
+def test_the_reference_probe_digests_the_recorded_logps_and_counts_no_forward():
+    from areal_debug.areal_compat import MethodPatches
+    from areal_debug.stages.probes import StageProbes
+
+    ref = RecordedRefLogp(rank=0)
+    probes = StageProbes(frozenset({"ref_logp"}), ref)
+    engine, patches = FakeRef(), MethodPatches()
+    probes.install_engine("ref", engine, patches)
+    logps = torch.full((4, 3), -1.0)
+    ref.hand_over(0, {"rank 0/ref_logp/trajectory 0": logps})
+    assert torch.equal(engine.compute_logp([traj(4, 3)])[0], logps)
+    record = probes.take()
+    assert record.ref_forwards == 0 and engine.forwards == 0
+    assert list(record.digests["ref_logp"]) == ["trajectory 0"]
+    assert torch.equal(record.keyed_tensors(0)["rank 0/ref_logp/trajectory 0"], logps)
+    # Without the stand-in the reference runs, and its forward passes are counted.
+    patches.remove_all()
+    probes = StageProbes()
+    probes.install_engine("ref", engine, patches)
+    engine.compute_logp([traj(4, 3), traj(4, 3)])
+    assert probes.take().ref_forwards == 2
 
 
 def test_recorded_reference_options_need_stage_digests():

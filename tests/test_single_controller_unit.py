@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -175,3 +176,78 @@ def test_writer_awaits_a_fetched_batch_on_its_own_thread(tmp_path):
     writer.close()
     (got,) = RecordingReader(path).load_shard(0, 0)
     assert torch.equal(got["logprobs"], batch[0]["logprobs"])
+
+
+def over_rpc(value):
+    """What AReaL's RPC makes of a value: serialized, sent as JSON, deserialized."""
+    from areal.infra.rpc import deserialize_value, serialize_value
+
+    return deserialize_value(json.loads(json.dumps(serialize_value(value))))
+
+
+def test_a_stage_record_crosses_the_rpc_as_a_plain_dict():
+    from areal_debug.stages.record import StageRecord
+
+    record = StageRecord(
+        {"logp": {"trajectory 0": ["00ff", None]}, "grads": {"w": [1, -2, 0.5]}},
+        {("logp", "trajectory 0"): torch.randn(2, 3)},
+        0.25,
+        ref_forwards=2,
+    )
+    again = StageRecord.from_dict(over_rpc(record.to_dict()))
+    assert again.digests == record.digests
+    assert (again.seconds, again.ref_forwards) == (0.25, 2)
+    assert list(again.tensors) == [("logp", "trajectory 0")]
+    assert torch.equal(*again.tensors.values(), *record.tensors.values())
+    assert StageRecord.from_dict(over_rpc(StageRecord(None).to_dict())) == (
+        StageRecord(None)
+    )
+    # Shipped as it is, the record's kept tensors would not cross (nor stay local).
+    with pytest.raises(TypeError, match="keys must be str"):
+        over_rpc(record)
+
+
+class _Controller:
+    """A TrainController of one worker: calls its engine by name, over the RPC."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def _custom_function_call(self, method, *args, rpc_meta=None):
+        return over_rpc(getattr(self.engine, method)(*over_rpc(list(args))))
+
+
+def test_the_workers_stage_records_reach_the_controller_united_per_rank():
+    from areal_debug.single_controller.probed_engines import (
+        StageProbedEngine,
+        WorkerStageProbes,
+    )
+
+    class Critic(StageProbedEngine):
+        def compute_values(self, data):
+            return [torch.full((2, 3), 0.5) for _ in data]
+
+    class Ref(StageProbedEngine):
+        def forward(self, data):
+            raise AssertionError("the recorded log-probs stand in for the reference")
+
+        def compute_logp(self, data):
+            return [self.forward(t) for t in data]
+
+    critic, ref = Critic(), Ref()
+    probes = WorkerStageProbes()
+    probes.controllers += [("critic", _Controller(critic)), ("ref", _Controller(ref))]
+    probes.start(frozenset({"values", "ref_logp"}), recorded_ref=True)
+    logps = torch.full((4, 3), -1.0)
+    probes.hand_over_ref_logp(0, {"rank 0/ref_logp/trajectory 0": logps})
+    critic.compute_values([{}])
+    ref.compute_logp([{"input_ids": torch.zeros(4, 3)}])
+    (record,) = probes.take()
+    assert list(record.digests) == ["values", "ref_logp"]
+    assert record.ref_forwards == 0
+    kept = record.keyed_tensors(0)
+    assert sorted(kept) == [
+        "rank 0/ref_logp/trajectory 0",
+        "rank 0/values/trajectory 0",
+    ]
+    assert torch.equal(kept["rank 0/ref_logp/trajectory 0"], logps)

@@ -19,7 +19,14 @@ from areal_debug.stages.digest import (
     digest_pair,
     merge_global,
 )
-from areal_debug.stages.names import TOKEN_STAGES
+from areal_debug.stages.names import (
+    TOKEN_STAGES,
+    StageKeyError,
+    StageTensorKey,
+    trajectory_index,
+    trajectory_name,
+)
+from areal_debug.stages.record import StageRecord
 
 
 def hexof(t: torch.Tensor, offset: int = 0) -> str:
@@ -76,7 +83,7 @@ def _log(loss: float, logp: torch.Tensor, weight: torch.Tensor) -> dict:
     log.add("loss", "mini-batch 0 micro-batch 0", torch.tensor(loss), value=True)
     log.add("weights", "model.layers.0.mlp.up_proj.weight", weight)
     host = log.to_host()
-    tensors = {f"rank 0/{k}": v for k, v in log.tensors.items()}
+    tensors = StageRecord(host, log.tensors).keyed_tensors(0)
     return merge_global([host]), tensors
 
 
@@ -220,4 +227,122 @@ def test_a_failing_digest_never_reaches_the_training_step():
     probes._digest("grads", boom)
     assert probes.failed == "grads: RuntimeError('device lost')"
     # From then on nothing is digested and the step hands over no digests.
-    assert probes.take() == (None, {}, 0.0, None)
+    assert probes.take() == StageRecord(None, {}, 0.0, None)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "rank 0/logp/trajectory 0",
+        "rank 12/advantages/trajectory 3 returns",
+        "rank 1/weights/model.layers.0/odd name",  # the name may hold a '/'
+    ],
+)
+def test_stage_tensor_keys_round_trip_the_recorded_strings(text):
+    key = StageTensorKey.parse(text)
+    assert str(key) == key.format() == text
+    assert StageTensorKey(key.rank, key.stage, key.name) == key
+
+
+def test_stage_tensor_key_fields_are_named():
+    key = StageTensorKey.parse("rank 3/ref_logp/trajectory 7")
+    assert (key.rank, key.stage, key.name) == (3, "ref_logp", "trajectory 7")
+    assert trajectory_index(key.name) == 7 and trajectory_name(7) == key.name
+    assert trajectory_index("mini-batch 0 micro-batch 1") is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "logp/trajectory 0",
+        "rank 0/logp",
+        "rank 0//trajectory 0",
+        "rank 0/logp/",
+        "rank -1/logp/trajectory 0",
+        "rank 01/logp/trajectory 0",
+        "rank x/logp/trajectory 0",
+        "Rank 0/logp/trajectory 0",
+        "rank ２/logp/trajectory 0",
+        3,
+    ],
+)
+def test_a_malformed_stage_tensor_key_is_refused_with_the_form_expected(text):
+    with pytest.raises(StageKeyError, match="expected 'rank R/<stage>/<name>'"):
+        StageTensorKey.parse(text)
+
+
+def test_a_stage_tensor_key_that_could_not_be_parsed_back_is_not_built():
+    for rank, stage, name in [(-1, "logp", "t"), (0, "a/b", "t"), (0, "logp", "")]:
+        with pytest.raises(StageKeyError):
+            StageTensorKey(rank, stage, name)
+    with pytest.raises(StageKeyError, match="is an int"):
+        StageTensorKey("0", "logp", "t")
+
+
+def test_stage_records_of_one_rank_unite_its_engines():
+    actor = StageRecord(
+        {"logp": {"t": ["a", None]}}, {("logp", "t"): torch.ones(2)}, 1.0
+    )
+    ref = StageRecord({"ref_logp": {"t": ["b", None]}}, {}, 0.5, ref_forwards=3)
+    both = StageRecord.empty().union(actor).union(ref)
+    assert both.digests == {"logp": {"t": ["a", None]}, "ref_logp": {"t": ["b", None]}}
+    assert (both.seconds, both.ref_forwards) == (1.5, 3)
+    assert list(both.keyed_tensors(2)) == ["rank 2/logp/t"]
+    # One engine's digests failed: the rank has none, its counts still add up.
+    failed = both.union(StageRecord(None, ref_forwards=1))
+    assert failed.digests is None and failed.ref_forwards == 4
+    with pytest.raises(AttributeError):
+        both.seconds = 0.0  # frozen: a record is handed over, not edited
+
+
+class FakeActor:
+    """The actor engine's surface the probes wrap (STAGE_METHODS's names)."""
+
+    model = None
+
+    def compute_logp(self, data):
+        return [torch.full((2, 3), -0.5) for _ in data]
+
+    def compute_advantages(self, data):
+        return [{"advantages": torch.ones(2, 3), "returns": torch.zeros(2, 3)}]
+
+    def train_batch(self, data, loss_fn):
+        return loss_fn(data)
+
+    def optimizer_step(self):
+        return {}
+
+    def ppo_update(self, data):
+        for _ in range(2):
+            self.train_batch(data, loss_fn=lambda d: torch.tensor(0.25))
+            self.optimizer_step()
+
+
+def test_every_stage_method_is_probed_by_name_from_one_table():
+    from areal_debug import areal_compat
+    from areal_debug.stages.probes import StageProbes, stage_methods
+
+    probes, patches, engine = StageProbes(), areal_compat.MethodPatches(), FakeActor()
+    for role in ("actor", "ref", "critic"):
+        for method in stage_methods(role):
+            assert callable(probes._probe(method)), method
+    assert set(stage_methods("actor")) == {
+        *areal_compat.STAGE_METHODS["actor"],
+        *areal_compat.STAGE_METHODS["actor_engine"],
+    }
+    probes.install_engine("actor", engine, patches)
+    assert set(vars(engine)) == set(stage_methods("actor"))
+    engine.compute_logp([0])
+    engine.compute_advantages([0])
+    engine.ppo_update([0])
+    digests = probes.take().digests
+    assert list(digests) == ["logp", "advantages", "loss"]
+    assert list(digests["loss"]) == [
+        "mini-batch 0 micro-batch 0",
+        "mini-batch 1 micro-batch 0",
+    ]
+    patches.remove_all()
+    assert not vars(engine)
+    with pytest.raises(NotImplementedError, match="_probe_generate"):
+        probes._probe("generate")

@@ -17,6 +17,7 @@ from areal_debug.modes.step_clock import StepClock
 from areal_debug.single_controller.probed_engines import WorkerStageProbes
 from areal_debug.stages.digest import merge_global
 from areal_debug.stages.probes import StageProbes
+from areal_debug.stages.record import StageRecord
 
 logger = logging.getLogger("DebugMode")
 # Under <fileroot>/<experiment>/<trial>/: each RPC worker's settings, as it reported them.
@@ -239,16 +240,18 @@ class ActiveMode(DebugMode):
 
     def _gather_stages(self, step: int) -> None:
         # Every rank joins the gather; the digests are a few KiB per rank.
-        gathered = self.topology.gather_stages(self.trainer, self.stage_probes)
-        if gathered is None or any(g[0] is None for g in gathered):
+        records: list[StageRecord] | None = self.topology.gather_stages(
+            self.trainer, self.stage_probes
+        )
+        if records is None or any(r.digests is None for r in records):
             return  # not the coordinator, or a rank's digests failed (it said why)
-        stages = merge_global([g[0] for g in gathered], [g[2] for g in gathered])
-        tensors = {
-            f"rank {rank}/{name}": t
-            for rank, g in enumerate(gathered)
-            for name, t in g[1].items()
-        }
-        counts = [g[3] for g in gathered if g[3] is not None]
+        stages = merge_global(
+            [r.digests for r in records], [r.seconds for r in records]
+        )
+        tensors = {}
+        for rank, record in enumerate(records):
+            tensors.update(record.keyed_tensors(rank))
+        counts = [r.ref_forwards for r in records if r.ref_forwards is not None]
         self.on_step_stages(step, stages, tensors, sum(counts) if counts else None)
 
     def train(self, default: Callable, workflow, *args, **kwargs):

@@ -119,8 +119,8 @@ class Topology:
         """Give the reference engines the step's recorded log-probs."""
 
     def gather_stages(self, trainer, probes) -> list | None:
-        """Every rank's ``(digests, kept tensors, seconds)`` of the step on the
-        coordinator (None elsewhere)."""
+        """Every rank's ``StageRecord`` of the step on the coordinator (None
+        elsewhere)."""
         return None
 
 

@@ -4,30 +4,31 @@
 There the engines train in the workers, not in the trainer's process, so the
 controller is told to build these classes instead (``areal_compat.
 use_worker_engine_class``); the workers import them by name. The controller then
-calls two extra engine methods through AReaL's own RPC: ``configure_stage_probes``
-once (role and kept stages) and ``take_stage_digests`` at each step's end. The
-digests are gathered over the engine's ranks in the workers, as the SPMD trainer
-gathers them over its processes, so the controller gets every rank's from one call.
+calls extra engine methods through AReaL's own RPC: ``configure_stage_probes``
+once (role and kept stages), ``hand_over_ref_logp`` before a replayed step that
+uses the recorded reference log-probs, and ``take_stage_digests`` at each step's
+end. The ``StageRecord``s are gathered over the engine's ranks in the workers, as
+the SPMD trainer gathers them over its processes, so the controller gets every
+rank's from one call; they cross the RPC as plain dicts.
 """
 
 from __future__ import annotations
 
-import base64
-import io
+from collections.abc import Callable
 from typing import Any
 
-import torch
 import torch.distributed as dist
 from areal.engine import FSDPPPOActor, FSDPPPOCritic
 
 from areal_debug import areal_compat
 from areal_debug.areal_compat import MethodPatches
 from areal_debug.stages.probes import StageProbes
+from areal_debug.stages.record import StageRecord, decode_tensors, encode_tensors
 from areal_debug.stages.recorded_ref_logp import RecordedRefLogp
 
 
 class StageProbedEngine:
-    """Mixed into an AReaL engine class: the two methods the controller calls."""
+    """Mixed into an AReaL engine class: the methods the controller calls."""
 
     _stage_probes: StageProbes | None = None
 
@@ -47,20 +48,18 @@ class StageProbedEngine:
         """The step's recorded reference log-probs (``encode_tensors``, all ranks')."""
         self._stage_probes.recorded_ref.hand_over(step, decode_tensors(text))
 
-    def take_stage_digests(self) -> list[tuple[Any, str, float, int | None]]:
-        """Every rank's ``(digests, kept tensors, seconds, reference forwards)`` of
-        the step, gathered over this engine's ranks; the kept tensors travel as
-        ``encode_tensors`` text, so AReaL's RPC does not keep them on the worker
-        as RTensors."""
+    def take_stage_digests(self) -> list[dict[str, Any]]:
+        """Every rank's ``StageRecord`` of the step, gathered over this engine's
+        ranks, as ``StageRecord.to_dict`` plain values: AReaL's RPC carries those."""
         if self._stage_probes is None:
-            local: tuple = (None, {}, 0.0, None)
+            local = StageRecord(None)  # never configured: no digests
         else:
             local = self._stage_probes.take()
-        local = (local[0], encode_tensors(local[1]), *local[2:])
+        wire = local.to_dict()
         if not dist.is_initialized():
-            return [local]
+            return [wire]
         gathered: list = [None] * dist.get_world_size(self.cpu_group)
-        dist.all_gather_object(gathered, local, group=self.cpu_group)
+        dist.all_gather_object(gathered, wire, group=self.cpu_group)
         return gathered
 
 
@@ -76,20 +75,10 @@ class ProbedFSDPPPOCritic(StageProbedEngine, FSDPPPOCritic):
 PROBED = {FSDPPPOActor: ProbedFSDPPPOActor, FSDPPPOCritic: ProbedFSDPPPOCritic}
 
 
-def encode_tensors(tensors: dict[str, torch.Tensor]) -> str:
-    if not tensors:
-        return ""
-    buf = io.BytesIO()
-    torch.save(tensors, buf)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-def decode_tensors(text: str) -> dict[str, torch.Tensor]:
-    """``encode_tensors`` undone, with ``weights_only`` loading."""
-    if not text:
-        return {}
-    data = base64.b64decode(text.encode("ascii"))
-    return torch.load(io.BytesIO(data), weights_only=True)
+def _call_engines(controller, method: Callable, *args) -> Any:
+    """Call a ``StageProbedEngine`` method on every worker's engine; the RPC names
+    it as Python does, so the name is never written twice."""
+    return areal_compat.call_engines(controller, method.__name__, *args)
 
 
 class WorkerStageProbes:
@@ -111,32 +100,31 @@ class WorkerStageProbes:
 
     def start(self, keep: frozenset[str], recorded_ref: bool) -> None:
         for role, controller in self.controllers:
-            areal_compat.call_engines(
-                controller, "configure_stage_probes", role, sorted(keep), recorded_ref
+            _call_engines(
+                controller,
+                StageProbedEngine.configure_stage_probes,
+                role,
+                sorted(keep),
+                recorded_ref,
             )
 
     def hand_over_ref_logp(self, step: int, tensors: dict) -> None:
         for role, controller in self.controllers:
             if role == "ref":
-                areal_compat.call_engines(
-                    controller, "hand_over_ref_logp", step, encode_tensors(tensors)
+                _call_engines(
+                    controller,
+                    StageProbedEngine.hand_over_ref_logp,
+                    step,
+                    encode_tensors(tensors),
                 )
 
-    def take(self) -> list[tuple[Any, dict, float, int | None]]:
+    def take(self) -> list[StageRecord]:
         """Every worker rank's step: the union of its engines' stages."""
-        per_rank: list[list] = []
+        per_rank: list[StageRecord] = []
         for _, controller in self.controllers:
-            gathered = areal_compat.call_engines(controller, "take_stage_digests")
-            for rank, (digests, text, seconds, forwards) in enumerate(gathered):
+            gathered = _call_engines(controller, StageProbedEngine.take_stage_digests)
+            for rank, wire in enumerate(gathered):
                 if rank == len(per_rank):
-                    per_rank.append([{}, {}, 0.0, None])
-                entry = per_rank[rank]
-                if digests is None or entry[0] is None:
-                    entry[0] = None  # that engine's digests failed (it said why)
-                else:
-                    entry[0].update(digests)
-                entry[1].update(decode_tensors(text))
-                entry[2] += seconds
-                if forwards is not None:
-                    entry[3] = (entry[3] or 0) + forwards
-        return [tuple(e) for e in per_rank]
+                    per_rank.append(StageRecord.empty())
+                per_rank[rank] = per_rank[rank].union(StageRecord.from_dict(wire))
+        return per_rank

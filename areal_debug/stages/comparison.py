@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from areal_debug.stages.names import GLOBAL_STAGES, STAGES
+from areal_debug.stages.names import GLOBAL_STAGES, STAGES, StageTensorKey
 
 IDENTICAL, DIFFERS = "identical", "differs"
 
@@ -101,7 +101,7 @@ def _compare_entries(stage: str, rec: dict, rep: dict) -> dict[str, Any]:
 def _tensor_difference(stage, name, rank, rec_t, rep_t) -> dict[str, Any]:
     """Max absolute and relative difference, and where, when both sides kept the
     full tensor (debug.record_stage_tensors)."""
-    key = f"rank {rank}/{stage}/{name}"
+    key = StageTensorKey(rank, stage, name).format()
     if not rec_t or not rep_t or key not in rec_t or key not in rep_t:
         return {}
     a, b = rec_t[key].double(), rep_t[key].double()

@@ -126,7 +126,8 @@ class StageLog:
     # Stages whose full tensors are kept too (a subset of TOKEN_STAGES).
     keep: frozenset[str] = frozenset()
     entries: dict[str, dict[str, StageEntry]] = field(default_factory=dict)
-    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    # The kept tensors by (stage, name); StageRecord.keyed_tensors names them.
+    tensors: dict[tuple[str, str], torch.Tensor] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)
     # Time spent digesting on this rank (host wall clock; the transfer in
     # to_host waits for the device), for the cost figure in stages.json.
@@ -156,7 +157,7 @@ class StageLog:
             entry.value = t.detach().double().reshape(-1)[:1].sum()
         self.entries.setdefault(stage, {})[name] = entry
         if stage in self.keep:
-            self.tensors[f"{stage}/{name}"] = t.detach().to("cpu", copy=True)
+            self.tensors[(stage, name)] = t.detach().to("cpu", copy=True)
         self.seconds += time.perf_counter() - t0
 
     def add_many(
@@ -177,7 +178,7 @@ class StageLog:
         for (name, t, _), pair, sumsq in zip(items, pairs, sumsqs):
             names[name] = StageEntry(pair, sumsq=sumsq)
             if stage in self.keep:
-                self.tensors[f"{stage}/{name}"] = t.detach().to("cpu", copy=True)
+                self.tensors[(stage, name)] = t.detach().to("cpu", copy=True)
         self.seconds += time.perf_counter() - t0
 
     def to_host(self) -> dict[str, dict[str, list]]:

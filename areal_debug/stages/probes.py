@@ -7,7 +7,7 @@ the training process (SPMD mode) or in each RPC worker's engine
 recomputes, the reference log-probs and critic values, the advantages and
 returns, each micro-batch's loss, each parameter's gradient before clipping
 (per mini-batch, with its norm) and the weights after the update. ``take()``
-hands over one step's digests.
+hands over one step's ``StageRecord``.
 """
 
 from __future__ import annotations
@@ -21,9 +21,14 @@ from areal.utils import logging
 
 from areal_debug import areal_compat
 from areal_debug.stages.digest import StageLog
+from areal_debug.stages.names import trajectory_name
+from areal_debug.stages.record import StageRecord
 from areal_debug.stages.recorded_ref_logp import RecordedRefLogp
 
 logger = logging.getLogger("DebugStages")
+# What the reference's compute_logp calls per micro-batch: counted, so that a
+# replay can show the reference model never ran (debug.replay_recorded_ref_logp).
+_REF_FORWARD = "forward"
 
 
 class StageProbes:
@@ -65,43 +70,38 @@ class StageProbes:
         self, role: str, engine, patches: areal_compat.MethodPatches
     ) -> None:
         """On one engine: the actor's stages, or the reference's log-probs, or the
-        critic's values (``role`` as in ``areal_compat.STAGE_METHODS``)."""
+        critic's values. The methods wrapped are ``areal_compat.STAGE_METHODS``'
+        for ``role``, each by the probe named ``_probe_<method>``."""
         if role == "ref":
             self.ref_forwards = 0
-            patches.wrap(engine, "forward", self._counted_forward)
-            if self.recorded_ref is not None:
-                self.recorded_ref.install(engine, patches)
-            patches.wrap(engine, "compute_logp", self._per_trajectory("ref_logp"))
-            return
-        if role == "critic":
-            patches.wrap(engine, "compute_values", self._per_trajectory("values"))
-            return
-        patches.wrap(engine, "compute_logp", self._per_trajectory("logp"))
-        patches.wrap(engine, "compute_advantages", self._advantages)
-        patches.wrap(engine, "train_batch", self._train_batch)
-        patches.wrap(
-            engine, "optimizer_step", lambda step: self._optimizer_step(engine, step)
-        )
-        patches.wrap(
-            engine, "ppo_update", lambda update: self._ppo_update(engine, update)
-        )
+            patches.wrap(engine, _REF_FORWARD, self._counted_forward)
+        for method in stage_methods(role):
+            patches.wrap(engine, method, self._probe(method)(role, engine))
 
-    def take(
-        self,
-    ) -> tuple[dict[str, Any] | None, dict[str, torch.Tensor], float, int | None]:
-        """This step's digests as plain values, the kept tensors, the seconds
-        spent digesting and the reference's forward passes; starts the next step."""
+    def _probe(self, method: str) -> Callable[[str, Any], Callable]:
+        probe = getattr(self, f"_probe_{method}", None)
+        if probe is None:
+            raise NotImplementedError(
+                f"areal_compat.STAGE_METHODS names {method!r}, which no stage probe "
+                f"digests: add StageProbes._probe_{method}."
+            )
+        return probe
+
+    def take(self) -> StageRecord:
+        """This step's record: digests as plain values, the kept tensors, the
+        seconds spent digesting and the reference's forward passes; starts the
+        next step."""
         log, self.log = self.log, StageLog(self.keep)
         forwards = self.ref_forwards
         if forwards is not None:
             self.ref_forwards = 0
         if self.failed is not None:
-            return None, {}, 0.0, forwards
+            return StageRecord(None, ref_forwards=forwards)
         out: list = []
         self._digest("the step's transfer", lambda: out.append(log.to_host()))
         if not out:
-            return None, {}, 0.0, forwards
-        return out[0], log.tensors, log.seconds, forwards
+            return StageRecord(None, ref_forwards=forwards)
+        return StageRecord(out[0], log.tensors, log.seconds, forwards)
 
     def _counted_forward(self, forward: Callable) -> Callable:
         def counted(*args, **kwargs):
@@ -110,13 +110,38 @@ class StageProbes:
 
         return counted
 
+    # -- the probes, one per STAGE_METHODS method: (role, engine) -> wrapper ---------
+    def _probe_compute_logp(self, role: str, engine) -> Callable:
+        if role != "ref":
+            return self._per_trajectory("logp")
+        digested = self._per_trajectory("ref_logp")
+        if self.recorded_ref is None:
+            return digested
+        # The recorded log-probs stand in for the forward pass, and are digested.
+        return lambda compute: digested(self.recorded_ref.stand_in(compute))
+
+    def _probe_compute_values(self, role: str, engine) -> Callable:
+        return self._per_trajectory("values")
+
+    def _probe_compute_advantages(self, role: str, engine) -> Callable:
+        return self._advantages
+
+    def _probe_train_batch(self, role: str, engine) -> Callable:
+        return self._train_batch
+
+    def _probe_optimizer_step(self, role: str, engine) -> Callable:
+        return lambda step: self._optimizer_step(engine, step)
+
+    def _probe_ppo_update(self, role: str, engine) -> Callable:
+        return lambda update: self._ppo_update(engine, update)
+
     # -- the wrappers --------------------------------------------------------------
     def _per_trajectory(self, stage: str) -> Callable[[Callable], Callable]:
         def make(compute: Callable) -> Callable:
             def digested(*args, **kwargs):
                 out = compute(*args, **kwargs)
                 items = [
-                    (f"trajectory {i}", t, 0)
+                    (trajectory_name(i), t, 0)
                     for i, t in enumerate(_as_list(out))
                     if isinstance(t, torch.Tensor)
                 ]
@@ -135,7 +160,7 @@ class StageProbes:
                 for key in ("advantages", "returns"):
                     t = traj.get(key) if isinstance(traj, dict) else None
                     if isinstance(t, torch.Tensor):
-                        items.append((f"trajectory {i} {key}", t, 0))
+                        items.append((f"{trajectory_name(i)} {key}", t, 0))
             self._digest("advantages", lambda: self.log.add_many("advantages", items))
             return out
 
@@ -194,6 +219,15 @@ class StageProbes:
             if local is not None:
                 items.append((name, local, offset))
         self.log.add_many(stage, items, norm=norm)
+
+
+def stage_methods(role: str) -> tuple[str, ...]:
+    """The methods an engine of ``role`` (actor, ref, critic) is probed on: its
+    STAGE_METHODS, and for the actor its engine's too (the actor trains itself)."""
+    methods = areal_compat.STAGE_METHODS[role]
+    if role == "actor":
+        methods += areal_compat.STAGE_METHODS["actor_engine"]
+    return methods
 
 
 def _as_list(out: Any) -> list:

@@ -18,6 +18,11 @@ import torch
 import torch.distributed as dist
 
 from areal_debug.recording.format import RecordingError
+from areal_debug.stages.names import (
+    StageKeyError,
+    StageTensorKey,
+    trajectory_index,
+)
 
 STAGE = "ref_logp"
 
@@ -26,11 +31,22 @@ def ref_logp_tensors(
     tensors: dict[str, torch.Tensor] | None,
 ) -> dict[str, torch.Tensor]:
     """The reference log-probs among a step's recorded stage tensors (all ranks)."""
-    return {k: t for k, t in (tensors or {}).items() if f"/{STAGE}/" in k}
+    return {k: t for k, t in (tensors or {}).items() if _key(k).stage == STAGE}
+
+
+def _key(text: str) -> StageTensorKey:
+    try:
+        return StageTensorKey.parse(text)
+    except StageKeyError as e:
+        raise RecordingError(
+            f"The recording's stage tensors hold a malformed key: {e} Re-record the "
+            "step, or replay without debug.replay_recorded_ref_logp."
+        ) from None
 
 
 class RecordedRefLogp:
-    """Installed on the reference engine of one rank."""
+    """The reference engine's log-probs of one rank, from the recording
+    (``StageProbes`` wraps its ``compute_logp`` with ``stand_in``)."""
 
     def __init__(self, rank: int | None = None):
         # The stage tensors name ranks as the step's gather does: global ranks.
@@ -41,10 +57,12 @@ class RecordedRefLogp:
 
     def hand_over(self, step: int, tensors: dict[str, torch.Tensor]) -> None:
         """This step's recorded stage tensors (every rank's); keeps this rank's."""
-        prefix = f"rank {self.rank}/{STAGE}/trajectory "
-        mine = {
-            int(k[len(prefix) :]): t for k, t in tensors.items() if k.startswith(prefix)
-        }
+        mine: dict[int, torch.Tensor] = {}
+        for text, t in tensors.items():
+            key = _key(text)
+            i = trajectory_index(key.name)
+            if (key.rank, key.stage) == (self.rank, STAGE) and i is not None:
+                mine[i] = t
         if sorted(mine) != list(range(len(mine))) or not mine:
             raise RecordingError(
                 f"Step {step} of the recording holds no complete reference log-probs "
@@ -54,10 +72,9 @@ class RecordedRefLogp:
             )
         self._pending = (step, [mine[i] for i in range(len(mine))])
 
-    def install(self, engine, patches) -> None:
-        patches.wrap(engine, "compute_logp", self._instead)
+    def stand_in(self, compute_logp):
+        """``compute_logp`` of the reference engine, replaced (``MethodPatches``)."""
 
-    def _instead(self, compute_logp):
         def recorded(data: Any, *args, **kwargs):
             if self._pending is None:
                 raise RecordingError(
