@@ -320,6 +320,21 @@ STAGE_METHODS = {
 }
 
 
+def stage_engine_classes() -> dict[str, type]:
+    """The AReaL class each stage role is probed on: FSDPPPOActor (actor, its
+    engine methods, the reference) and FSDPPPOCritic (engine/fsdp_engine.py:2160,
+    :2196 in 1.0.4; :2162, :2198 in 2.0.0), in SPMD mode and in the RPC workers
+    (single_controller/probed_engines.py)."""
+    from areal.engine import FSDPPPOActor, FSDPPPOCritic
+
+    return {
+        "actor": FSDPPPOActor,
+        "actor_engine": FSDPPPOActor,
+        "ref": FSDPPPOActor,
+        "critic": FSDPPPOCritic,
+    }
+
+
 def stage_engines(trainer: PPOTrainer) -> dict[str, Any]:
     """The trainer's engines by role: actor, and ref / critic when the run has them."""
     engines = {"actor": trainer.actor}
@@ -356,6 +371,33 @@ def call_engines(controller: Any, method: str, *args) -> Any:
     ``_custom_function_call``, as PPOActorController.compute_logp calls it); the
     first head's result."""
     return controller._custom_function_call(method, *args, rpc_meta={"broadcast": True})
+
+
+# -- what stands in for AReaL's inference engine (modes/engines.py) -------------------
+def inference_engine_interface() -> type:
+    """areal/api/engine_api.py:547 (1.0.4 and 2.0.0) InferenceEngine, the interface
+    ReplayEngine and ReplayTeacher implement without subclassing it: a method a
+    replay lacks then says why instead of raising a bare NotImplementedError."""
+    from areal.api.engine_api import InferenceEngine
+
+    return InferenceEngine
+
+
+# Where AReaL calls its rollout engine while training: the class and the names it
+# reaches the engine by. PPOTrainer (trainer/rl_trainer.py:105), the data-parallel
+# heads' DistRolloutCoordinator (infra/dist_rollout.py:97) and the single
+# controller's TrainController (infra/controller/train_controller.py:174; all three
+# the same in 1.0.4 and 2.0.0).
+ROLLOUT_ENGINE_CALLERS = {
+    "areal.trainer.rl_trainer.PPOTrainer": ("self.rollout", "rollout"),
+    "areal.infra.dist_rollout.DistRolloutCoordinator": ("self.rollout_engine",),
+    "areal.infra.controller.train_controller.TrainController": (
+        "self.rollout",
+        "rollout",
+    ),
+}
+# And its teacher served as an inference engine (teacher.engine_type=rollout).
+TEACHER_ENGINE_CALLERS = {"areal.trainer.rl_trainer.PPOTrainer": ("self.teacher",)}
 
 
 # -- instance patches (where AReaL offers no hook) ---------------------------------------
@@ -540,6 +582,21 @@ def send_importable_config(scheduler: Any, config) -> type | None:
     return base
 
 
+def default_worker_commands() -> dict[str, str]:
+    """The ``cmd`` AReaL gives each engine's RPC workers by default, by config
+    class: ``SchedulingSpec(cmd="python -m areal.infra.rpc.rpc_server")`` of
+    TrainEngineConfig.scheduling_spec and InferenceEngineConfig.scheduling_spec
+    (api/cli_args.py:1193, :2161 in 1.0.4; :1250, :2302 in 2.0.0).
+    ``determinism.configure_workers`` rewrites it to start its own worker."""
+    from areal.api.cli_args import InferenceEngineConfig, TrainEngineConfig
+
+    commands = {}
+    for cls in (TrainEngineConfig, InferenceEngineConfig):
+        specs = cls.__dataclass_fields__["scheduling_spec"].default_factory()
+        commands[cls.__name__] = specs[0].cmd
+    return commands
+
+
 def run_rpc_server() -> None:
     """areal/infra/rpc/rpc_server.py:33 (1.0.4 and 2.0.0) main: the RPC worker's
     server, reading its own command line (the scheduling spec's ``cmd`` plus the
@@ -581,6 +638,19 @@ def ray_connected() -> bool:
 
 
 # -- recover checkpoints ------------------------------------------------------------------
+# The names PPOTrainer._save_recover_checkpoint saves its models under:
+# ``dict(default=self.actor)`` and ``to_save["critic"]`` (rl_trainer.py:1194-1196 in
+# 1.0.4, :1206-1208 in 2.0.0); "default" is also Saver.get_recover_checkpoint_path's
+# default ``name`` (utils/saver.py:83 in 1.0.4 and 2.0.0).
+RECOVER_ACTOR_NAME = "default"
+RECOVER_CRITIC_NAME = "critic"
+
+
+def recover_model_names(with_critic: bool) -> list[str]:
+    """The models a recover checkpoint holds, by AReaL's names for them."""
+    return [RECOVER_ACTOR_NAME] + ([RECOVER_CRITIC_NAME] if with_critic else [])
+
+
 def recover_paths(config, trial: str, names: list[str]) -> tuple[str, dict[str, str]]:
     """(recover info dir, {model name: recover checkpoint dir}) of a trial:
     areal/utils/recover.py:168 RecoverHandler.recover_info_path and
@@ -625,6 +695,13 @@ def parse_allocation(alloc: str):
 
 def allocation_train_world_size(alloc: str) -> int:
     return parse_allocation(alloc).train.world_size
+
+
+def allocation_train_dp_size(alloc: str) -> int:
+    """The training data-parallel size of ``alloc``: _AllocationMode.train
+    (alloc_mode.py:539) ParallelStrategy.dp_size (:128; both in 1.0.4 and 2.0.0),
+    as PPOTrainer reads it from ``actor_alloc`` (``train_dp_size``)."""
+    return parse_allocation(alloc).train.dp_size
 
 
 # -- config loading without side effects -----------------------------------------------
@@ -725,6 +802,11 @@ def job_exception_types():
 
     return JobException, JobState
 
+
+# RayLauncher.submit_array (ray.py:144 in 1.0.4, :145 in 2.0.0) and
+# SlurmLauncher.submit_array (slurm.py:99 in 1.0.4, :100 in 2.0.0) take every job's
+# environment as this parameter: a dict, for Slurm also a list of one per task.
+LAUNCHER_ENV_PARAM = "env_vars"
 
 LAUNCHER_CLASS_ATTR = {
     "local": "LocalLauncher",

@@ -45,6 +45,9 @@ def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
 
 
 # -- RPC workers (single-controller mode) ---------------------------------------------
+# The module AReaL's default worker command runs
+# (areal_compat.default_worker_commands; the contract test checks that
+# configure_workers rewrites each of them).
 RPC_SERVER_MODULE = "areal.infra.rpc.rpc_server"
 WORKER_MODULE = "areal_debug.single_controller.deterministic_worker"
 # Where each worker started through WORKER_MODULE writes the settings it runs with.

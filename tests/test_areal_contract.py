@@ -8,8 +8,11 @@ moves one fails here, naming it. No processes are started.
 
 from __future__ import annotations
 
+import ast
+import importlib
 import inspect
 import os
+import textwrap
 from collections.abc import Callable
 
 import pytest
@@ -37,6 +40,74 @@ def params(fn) -> list[str]:
 
 def source(obj) -> str:
     return inspect.getsource(obj)
+
+
+def imported(dotted: str):
+    module, _, name = dotted.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def binds(signature: inspect.Signature, n_args: int, keywords) -> bool:
+    """Whether a call with ``n_args`` positional arguments (past ``self``) and these
+    keyword arguments binds to ``signature``."""
+    try:
+        signature.bind(None, *[None] * n_args, **dict.fromkeys(keywords))
+    except TypeError:
+        return False
+    return True
+
+
+def call_shapes(signature: inspect.Signature) -> list[tuple[int, list[str]]]:
+    """Calls ``signature`` accepts, as (positional count, keyword names): each split
+    of its parameters between positional and keyword, with every parameter and
+    with only the required ones, plus extra arguments where it takes ``*``/``**``."""
+    P = inspect.Parameter
+    params = list(signature.parameters.values())[1:]
+    positional = [
+        p for p in params if p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)
+    ]
+    keyword_only = [p for p in params if p.kind is P.KEYWORD_ONLY]
+    shapes = []
+    for k in range(len(positional) + 1):
+        if any(p.kind is P.POSITIONAL_ONLY for p in positional[k:]):
+            continue
+        rest = positional[k:] + keyword_only
+        shapes.append((k, [p.name for p in rest]))
+        shapes.append((k, [p.name for p in rest if p.default is P.empty]))
+    if any(p.kind is P.VAR_POSITIONAL for p in params):
+        shapes.append((len(positional) + 2, [p.name for p in keyword_only]))
+    if any(p.kind is P.VAR_KEYWORD for p in params):
+        shapes.append((0, [p.name for p in positional + keyword_only] + ["extra"]))
+    return shapes
+
+
+def accepts_every_call(ours, theirs) -> list:
+    """The calls AReaL's ``theirs`` accepts that ``ours`` refuses (none: compatible)."""
+    mine = inspect.signature(ours)
+    return [s for s in call_shapes(inspect.signature(theirs)) if not binds(mine, *s)]
+
+
+def engine_uses(callers: dict[str, tuple[str, ...]]):
+    """What AReaL's ``callers`` reach on an engine: {attribute: [(n_args, keywords)
+    of each call that passes no ``*``/``**``]}."""
+    uses: dict[str, list] = {}
+    for dotted, receivers in callers.items():
+        tree = ast.parse(textwrap.dedent(source(imported(dotted))))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and ast.unparse(node.value) in receivers:
+                uses.setdefault(node.attr, [])
+            func = getattr(node, "func", None)
+            if not (isinstance(node, ast.Call) and isinstance(func, ast.Attribute)):
+                continue
+            if ast.unparse(func.value) not in receivers:
+                continue
+            splat = any(isinstance(a, ast.Starred) for a in node.args) or any(
+                k.arg is None for k in node.keywords
+            )
+            if not splat:
+                call = (len(node.args), [k.arg for k in node.keywords])
+                uses.setdefault(func.attr, []).append(call)
+    return uses
 
 
 def ppo_trainer():
@@ -152,15 +223,31 @@ def _():
         "self.actor.ppo_update(adv_batch)",
     ):
         assert statement in body, statement
-    roles = {
-        "actor": FSDPPPOActor,
-        "actor_engine": FSDPPPOActor,
-        "ref": FSDPPPOActor,
-        "critic": FSDPPPOCritic,
-    }
-    for role, names in areal_compat.STAGE_METHODS.items():
+    classes = areal_compat.stage_engine_classes()
+    assert {classes["actor"], classes["critic"]} == {FSDPPPOActor, FSDPPPOCritic}
+
+
+def stage_method_table() -> dict[str, tuple[str, ...]]:
+    """The probed methods by role: areal_compat.STAGE_METHODS (or the stages' own
+    table, should it move to stages/probes.py), and the reference's forward pass,
+    which the probes count."""
+    from areal_debug.stages import probes
+
+    table = getattr(probes, "STAGE_METHODS", None) or areal_compat.STAGE_METHODS
+    forward = getattr(probes, "_REF_FORWARD", None)
+    return {**table, "ref": table["ref"] + ((forward,) if forward else ())}
+
+
+@check(
+    "STAGE_METHODS: every probed name is a method of the AReaL class it is probed on"
+)
+def _():
+    classes = areal_compat.stage_engine_classes()
+    for role, names in stage_method_table().items():
+        assert role in classes, f"no AReaL class known for the stage role {role!r}"
         for name in names:
-            assert callable(getattr(roles[role], name, None)), f"{role}.{name}"
+            method = getattr(classes[role], name, None)
+            assert callable(method), f"{classes[role].__name__}.{name} ({role})"
 
 
 @check("PPOActor._ppo_update -> engine.train_batch(loss_fn=) -> optimizer_step()")
@@ -214,6 +301,73 @@ def _():
     assert isinstance(FSDPEngine.cpu_group, property)
 
 
+# -- the replay's stand-ins for AReaL's inference engine (api/engine_api.py) ----------
+# What AReaL reaches on its rollout engine only where a replay does not go: the
+# eval rollout's servers (a replay builds no eval rollout) and the agent proxy
+# (ReplayMode.start_agent_proxy starts none).
+NOT_REACHED_IN_REPLAY = {
+    "server_infos",
+    "start_proxy",
+    "start_proxy_gateway",
+    "proxy_gateway_addr",
+}
+
+
+def stand_ins():
+    from areal_debug.modes.engines import ReplayEngine, ReplayTeacher
+
+    return {
+        ReplayEngine: ReplayEngine(loader=None),
+        ReplayTeacher: ReplayTeacher(reader=None, current_step=lambda: 0),
+    }
+
+
+@check("ReplayEngine, ReplayTeacher: InferenceEngine's methods and signatures")
+def _():
+    interface = areal_compat.inference_engine_interface()
+    assert interface.__abstractmethods__, "InferenceEngine has no abstract method"
+    for cls, instance in stand_ins().items():
+        for name in interface.__abstractmethods__:
+            assert name in vars(cls), f"{cls.__name__} lacks abstract {name}"
+        assert instance.initialized in (True, False)
+        for name, ours in vars(cls).items():
+            theirs = inspect.getattr_static(interface, name, None)
+            if name.startswith("_") or not inspect.isfunction(ours):
+                continue
+            if inspect.isfunction(theirs):
+                refused = accepts_every_call(ours, theirs)
+                assert not refused, f"{cls.__name__}.{name} refuses {refused}"
+
+
+@check("ReplayEngine, ReplayTeacher: everything AReaL reaches on them in training")
+def _():
+    from areal_debug.modes.engines import ReplayEngine, ReplayTeacher
+
+    interface = areal_compat.inference_engine_interface()
+    instances = stand_ins()
+    for cls, callers in (
+        (ReplayEngine, areal_compat.ROLLOUT_ENGINE_CALLERS),
+        (ReplayTeacher, areal_compat.TEACHER_ENGINE_CALLERS),
+    ):
+        uses = engine_uses(callers)
+        assert uses, f"no call on the engine found in {sorted(callers)}"
+        instance = instances[cls]
+        for name, calls in uses.items():
+            if name in NOT_REACHED_IN_REPLAY:
+                continue
+            if hasattr(interface, name):
+                # Its own member, not the __getattr__ that refuses unknown names.
+                own = inspect.getattr_static(cls, name, None) is not None
+                assert own or name in vars(instance), f"{cls.__name__} lacks {name}"
+            else:
+                assert hasattr(instance, name), f"{cls.__name__} lacks {name}"
+            for n_args, keywords in calls:
+                assert binds(inspect.signature(getattr(cls, name)), n_args, keywords), (
+                    f"{cls.__name__}.{name} refuses AReaL's call with {n_args} "
+                    f"positional and {keywords} keyword arguments"
+                )
+
+
 # -- recover checkpoints (areal/utils/recover.py, saver.py, io_struct.py) ------------
 @check("RecoverHandler.recover_info_path / Saver.get_recover_checkpoint_path")
 def _():
@@ -231,6 +385,20 @@ def _():
         "fileroot",
         "name",
     ]
+
+
+@check("recover checkpoint model names: PPOTrainer's to_save, Saver's default name")
+def _():
+    from areal.utils.saver import Saver
+
+    body = source(ppo_trainer()._save_recover_checkpoint)
+    actor, critic = areal_compat.recover_model_names(with_critic=True)
+    assert f"dict({actor}=self.actor)" in body, f"the actor is not saved as {actor!r}"
+    critic_saved = f'to_save["{critic}"] = self.critic'
+    assert critic_saved in body, f"the critic is not saved as {critic!r}"
+    name = inspect.signature(Saver.get_recover_checkpoint_path).parameters["name"]
+    assert name.default == actor, f"Saver's default name is {name.default!r}"
+    assert areal_compat.recover_model_names(with_critic=False) == [actor]
 
 
 @check("RecoverHandler.last_step_info, StepInfo.next().global_step")
@@ -401,11 +569,33 @@ def _():
 def _():
     from areal.api.cli_args import PPOConfig, SchedulingSpec
 
-    spec = SchedulingSpec(cmd="python -m areal.infra.rpc.rpc_server")
-    assert spec.env_vars == {} and "areal.infra.rpc.rpc_server" in spec.cmd
+    assert SchedulingSpec().env_vars == {}
+    assert "cmd" in SchedulingSpec.__dataclass_fields__
     fields = PPOConfig.__dataclass_fields__
     for role in ("actor", "critic", "ref", "rollout"):
         assert role in fields, role
+
+
+@check("AReaL's default worker commands: configure_workers rewrites every one")
+def _():
+    from areal.api.cli_args import GRPOConfig
+
+    from areal_debug import determinism
+
+    commands = areal_compat.default_worker_commands()
+    assert set(commands) == {"TrainEngineConfig", "InferenceEngineConfig"}
+    for owner, cmd in commands.items():
+        assert f"-m {determinism.RPC_SERVER_MODULE}" in cmd, (owner, cmd)
+    # AReaL's own default config: every role's default command is rewritten.
+    config = GRPOConfig(experiment_name="e", trial_name="t")
+    assert determinism.configure_workers(config, "/nonexistent") == []
+    for spec in (*config.actor.scheduling_spec, *config.rollout.scheduling_spec):
+        assert spec.cmd.split() == [
+            "python",
+            "-m",
+            determinism.WORKER_MODULE,
+        ], spec.cmd
+    assert callable(importlib.import_module(determinism.RPC_SERVER_MODULE).main)
 
 
 @check("RayScheduler: startup_timeout, actors with a runtime env; Ray's set-up hook")
@@ -427,6 +617,8 @@ def _():
 @check("_AllocationMode.from_str(...).train.world_size")
 def _():
     assert areal_compat.allocation_train_world_size("sglang:d2+fsdp:d4") == 4
+    assert areal_compat.allocation_train_dp_size("sglang:d2+fsdp:d4t2") == 4
+    assert areal_compat.allocation_train_world_size("fsdp:d4t2") == 8
     with pytest.raises(Exception):  # noqa: B017 - AReaL raises several types
         areal_compat.parse_allocation("fsdp:d2p2")
 
@@ -477,6 +669,37 @@ def _():
         module = areal_compat._launcher_module(kind)
         assert params(getattr(module, f"{kind}_main"))[:2] == ["config", "run_id"]
         assert areal_compat.launcher_class(kind) is getattr(module, attr)
+
+
+@check("Ray and Slurm submit_array: env_vars, with_extra_env on AReaL's own calls")
+def _():
+    from areal_debug.launcher.common import with_extra_env
+
+    env_param = areal_compat.LAUNCHER_ENV_PARAM
+    for kind in ("ray", "slurm"):
+        cls = areal_compat.launcher_class(kind)
+        signature = inspect.signature(cls.submit_array)
+        assert env_param in signature.parameters, f"{kind}: {params(cls.submit_array)}"
+        assert signature.parameters[env_param].default is None, kind
+        seen = []
+
+        class Recorder(cls):
+            def submit_array(self, *args, **kwargs):
+                seen.append(signature.bind(self, *args, **kwargs).arguments[env_param])
+
+        Recorder.submit_array.__signature__ = signature
+        wrapped = with_extra_env(Recorder, {"AREAL_DEBUG_X": "1"})
+        assert inspect.signature(wrapped.submit_array) == signature, kind
+        # Every call <kind>_main makes, with its own environment.
+        main = areal_compat._launcher_module(kind)
+        calls = engine_uses({f"{main.__name__}.{kind}_main": ("launcher",)})
+        assert calls.get("submit_array"), f"{kind}_main submits no job array"
+        for n_args, keywords in calls["submit_array"]:
+            kwargs = dict.fromkeys(keywords)
+            kwargs[env_param] = {"AREAL_DEBUG_A": "0"}
+            wrapped.submit_array(object.__new__(wrapped), *[None] * n_args, **kwargs)
+            env = seen.pop()
+            assert env == {"AREAL_DEBUG_A": "0", "AREAL_DEBUG_X": "1"}, (kind, env)
 
 
 @check("JobException.reason, JobState.COMPLETED")

@@ -336,3 +336,39 @@ def test_doctor_passes_a_faithful_replay_and_names_each_problem(
     assert "steps 5-6" in errors and "tiny/t0" in errors
     assert "checkpoint of step 2 is not whole" in errors
     assert any("actor.optimizer.lr" in w for w in by_severity["warning"])
+
+
+def test_doctor_reads_the_training_dp_size_with_areals_parser(tmp_path):
+    from types import SimpleNamespace
+
+    from areal_debug.inspect import doctor
+
+    record(str(tmp_path), {0: [[traj(0)]]}, steps_per_epoch=3)
+    reader = RecordingReader(str(tmp_path))  # recorded with one data-parallel head
+    config = SimpleNamespace(
+        allocation_mode="sglang:d2+fsdp:d4t2",
+        rollout=SimpleNamespace(backend=None),
+        actor=SimpleNamespace(backend=None),
+    )
+    (finding,) = doctor._topology(reader, config)
+    assert "training data-parallel size is 4, the dump run's was 1" in finding.what
+
+
+def test_doctor_ends_a_replay_where_its_training_loop_does(tmp_path):
+    """No end step or total_train_steps: the replay's epochs of recorded steps."""
+    from types import SimpleNamespace
+
+    from areal_debug.inspect import doctor
+    from areal_debug.replay_plan import ReplayPlan
+
+    record(str(tmp_path), {k: [[traj(k)]] for k in range(3)}, steps_per_epoch=3)
+    reader = RecordingReader(str(tmp_path))
+    debug = SimpleNamespace(replay_end_step=None)
+    config = SimpleNamespace(total_train_epochs=1, total_train_steps=None, debug=debug)
+    plan = ReplayPlan.of(reader.path, 5, None, None)
+    end = doctor._last_step(reader, config, plan, "replay")
+    assert end == 2 and doctor._last_step(reader, config, plan, "resume") is None
+    (finding,) = doctor._range(reader, config, plan, end)
+    assert finding.severity == doctor.ERROR
+    assert "ends at step 2 (total_train_epochs=1 of 3 recorded steps)" in finding.what
+    assert finding.fix == "set total_train_epochs=2 or more"

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from areal_debug.modes.replay import UnsupportedReplayError, _refuse_unsupported
+from areal_debug.modes.replay_setup import UnsupportedReplayError, refuse_unsupported
 from areal_debug.recording.manifest import Layout, Manifest
 
 
@@ -23,20 +23,18 @@ ROLLOUT_TEACHER = SimpleNamespace(engine_type="rollout")
 
 def test_a_served_teacher_without_recorded_log_probs_is_refused():
     with pytest.raises(UnsupportedReplayError, match="teacher.engine_type=train"):
-        _refuse_unsupported(config(teacher=ROLLOUT_TEACHER), manifest())
+        refuse_unsupported(config(teacher=ROLLOUT_TEACHER), manifest())
 
 
 def test_a_served_teacher_with_recorded_log_probs_replays():
-    _refuse_unsupported(config(teacher=ROLLOUT_TEACHER), manifest(teacher_logp=True))
+    refuse_unsupported(config(teacher=ROLLOUT_TEACHER), manifest(teacher_logp=True))
 
 
 def test_a_teacher_on_the_training_side_or_none_replays():
     # A training-side teacher computes its log-probs in the replay as in the dump.
     # (Agent and online runs replay too: tests/test_agent_workflows.py runs them.)
-    _refuse_unsupported(
-        config(teacher=SimpleNamespace(engine_type="train")), manifest()
-    )
-    _refuse_unsupported(config(), manifest())
+    refuse_unsupported(config(teacher=SimpleNamespace(engine_type="train")), manifest())
+    refuse_unsupported(config(), manifest())
 
 
 def test_the_teacher_flag_round_trips_and_is_type_checked():

@@ -17,15 +17,16 @@ from typing import Any
 
 import torch
 
+from areal_debug import areal_compat
 from areal_debug.inspect.common import (
     InspectError,
     first_line,
     human_bytes,
     package_version,
 )
-from areal_debug.recording.checkpoints import latest_before
 from areal_debug.recording.format import KEPT, dir_bytes, kept_steps, step_dirname
 from areal_debug.recording.reader import RecordingReader, format_ranges
+from areal_debug.replay_plan import ReplayPlan, needs_teacher_servers
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 
@@ -227,10 +228,8 @@ def _determinism(reader: RecordingReader, config) -> list[Finding]:
     ]
 
 
-def _steps(reader: RecordingReader, start: int, end: int | None) -> list[Finding]:
+def _steps(reader: RecordingReader, start: int, end: int) -> list[Finding]:
     have = reader.available_steps()
-    if end is None:
-        end = max(have, default=start)
     wanted = list(range(start, end + 1))
     missing = [s for s in wanted if s not in have]
     out = []
@@ -276,16 +275,18 @@ def checkpoint_problem(recording: str, step: int) -> str | None:
     info = os.path.join(d, "recover_info", "step_info.json")
     if not os.path.isfile(info):
         return f"{info} is missing"
-    ckpt = os.path.join(d, "checkpoints", "default")
+    # The actor's checkpoint, under the name AReaL saves it by.
+    actor = areal_compat.recover_model_names(with_critic=False)[0]
+    ckpt = os.path.join(d, "checkpoints", actor)
     if not os.path.isdir(ckpt) or not os.listdir(ckpt):
         return f"{ckpt} is missing or empty"
     return None
 
 
-def _checkpoint(reader: RecordingReader, start: int) -> list[Finding]:
+def _checkpoint(reader: RecordingReader, plan: ReplayPlan) -> list[Finding]:
+    start, base = plan.start_step, plan.checkpoint
     if start == 0:
         return []
-    base = latest_before(reader.path, start)
     if base is None:
         first = min(reader.available_steps(), default=None)
         if first not in (0, None) and first <= start:
@@ -320,7 +321,7 @@ def _checkpoint(reader: RecordingReader, start: int) -> list[Finding]:
                 "restore the recording's recover/ directory from a copy",
             )
         ]
-    between = [s for s in range(base + 1, start) if not reader.has_step(s)]
+    between = [s for s in plan.rebuilt_steps if not reader.has_step(s)]
     info = Finding(
         INFO,
         f"starts from the kept recover checkpoint of step {base}"
@@ -470,8 +471,6 @@ def _paths(reader: RecordingReader, config, kind: str) -> list[Finding]:
 
 
 def _topology(reader: RecordingReader, config) -> list[Finding]:
-    import re
-
     from areal_debug.launcher.allocation import (
         allocation_from_backends,
         training_allocation,
@@ -482,12 +481,11 @@ def _topology(reader: RecordingReader, config) -> list[Finding]:
             config.rollout.backend, config.actor.backend
         )
         train, _ = training_allocation(alloc, config.actor.backend)
+        dp = areal_compat.allocation_train_dp_size(train)
     except Exception:  # noqa: BLE001 - an allocation doctor cannot read is no finding
         return []
-    found = re.search(r"d(\d+)", train)
-    dp = int(found.group(1)) if found else 1
     recorded = reader.manifest.layout.training_dp_size
-    if dp is None or dp == recorded:
+    if dp == recorded:
         return []
     return [
         Finding(
@@ -501,12 +499,7 @@ def _topology(reader: RecordingReader, config) -> list[Finding]:
 
 
 def _teacher(reader: RecordingReader, config) -> list[Finding]:
-    teacher = getattr(config, "teacher", None)
-    if (
-        teacher is not None
-        and getattr(teacher, "engine_type", None) == "rollout"
-        and not reader.manifest.recorded_teacher_logp
-    ):
+    if needs_teacher_servers(config, reader.manifest):
         return [
             Finding(
                 ERROR,
@@ -518,6 +511,45 @@ def _teacher(reader: RecordingReader, config) -> list[Finding]:
             )
         ]
     return []
+
+
+def _last_step(
+    reader: RecordingReader, config, plan: ReplayPlan, kind: str
+) -> int | None:
+    """The last step the run reaches: a replay's training loop ends at the plan's
+    last step or after its epochs of recorded steps; a resume at the configured one."""
+    if kind != "replay":
+        return plan.last_step
+    return plan.stop(config.total_train_epochs, reader.steps_per_epoch) - 1
+
+
+def _range(
+    reader: RecordingReader, config, plan: ReplayPlan, end: int | None
+) -> list[Finding]:
+    start = plan.start_step
+    if end is None or end >= start:
+        return []
+    if plan.last_step is not None:
+        limit = (
+            f"total_train_steps={config.total_train_steps}, debug.replay_end_step="
+            f"{config.debug.replay_end_step}"
+        )
+        fix = f"set total_train_steps={start + 1} or more"
+    else:
+        per_epoch = reader.steps_per_epoch
+        limit = (
+            f"total_train_epochs={config.total_train_epochs} of {per_epoch} "
+            "recorded steps"
+        )
+        fix = f"set total_train_epochs={start // per_epoch + 1} or more"
+    return [
+        Finding(
+            ERROR,
+            f"the run ends at step {end} ({limit}) before its start step {start}",
+            "nothing would be replayed",
+            fix,
+        )
+    ]
 
 
 def doctor(path: str, command: list[str]) -> DoctorReport:
@@ -537,27 +569,20 @@ def doctor(path: str, command: list[str]) -> DoctorReport:
                 "add debug.replay_rollout_data=true to replay",
             )
         )
-    start = debug.replay_start_step or 0
-    end = debug.replay_end_step
-    if end is None and config.total_train_steps is not None:
-        end = config.total_train_steps - 1
-    if end is not None and end < start:
-        findings.append(
-            Finding(
-                ERROR,
-                f"the run ends at step {end} (total_train_steps="
-                f"{config.total_train_steps}, debug.replay_end_step="
-                f"{debug.replay_end_step}) before its start step {start}",
-                "nothing would be replayed",
-                f"set total_train_steps={start + 1} or more",
-            )
-        )
+    plan = ReplayPlan.of(
+        reader.path,
+        debug.replay_start_step,
+        debug.replay_end_step,
+        config.total_train_steps,
+    )
+    start, end = plan.start_step, _last_step(reader, config, plan, kind)
+    findings += _range(reader, config, plan, end)
     current = {"debug": dataclasses.asdict(debug), **dataclasses.asdict(config)}
     findings += _paths(reader, config, kind)
     findings += config_differences(reader.manifest.config, current)
     if kind == "replay":
         findings += _steps(reader, start, end)
-        findings += _checkpoint(reader, start)
+        findings += _checkpoint(reader, plan)
         findings += _topology(reader, config)
         findings += _teacher(reader, config)
     findings += _determinism(reader, config)

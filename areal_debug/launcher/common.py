@@ -4,6 +4,7 @@ and planning a replay (training allocation only, its own trial for launcher logs
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from dataclasses import dataclass, field
@@ -159,7 +160,13 @@ def run_areal_launcher(plan: LaunchPlan, kind: str, launcher_cls=None):
 
 
 def with_extra_env(launcher_cls, extra_env: dict[str, str]):
-    """A subclass of an AReaL launcher class that adds ``extra_env`` to every job."""
+    """A subclass of an AReaL launcher class that adds ``extra_env`` to every job.
+
+    ``submit_array`` keeps AReaL's signature (``areal_compat.LAUNCHER_ENV_PARAM``
+    is one of its parameters): the environment is found however it is passed.
+    """
+    signature = inspect.signature(launcher_cls.submit_array)
+    env_param = areal_compat.LAUNCHER_ENV_PARAM
 
     def merge(env_vars):
         if isinstance(env_vars, list):
@@ -168,9 +175,14 @@ def with_extra_env(launcher_cls, extra_env: dict[str, str]):
 
     class WithEnv(launcher_cls):
         def submit_array(self, *args, **kwargs):
-            kwargs["env_vars"] = merge(kwargs.get("env_vars"))
-            return super().submit_array(*args, **kwargs)
+            if env_param not in signature.parameters:  # a stand-in's **kwargs
+                kwargs[env_param] = merge(kwargs.get(env_param))
+                return super().submit_array(*args, **kwargs)
+            bound = signature.bind(self, *args, **kwargs)
+            bound.arguments[env_param] = merge(bound.arguments.get(env_param))
+            return super().submit_array(*bound.args[1:], **bound.kwargs)
 
+    WithEnv.submit_array.__signature__ = signature
     WithEnv.__name__ = WithEnv.__qualname__ = f"{launcher_cls.__name__}WithEnv"
     return WithEnv
 

@@ -61,7 +61,9 @@ class ReplayEngine:
 
     ``prepare_batch`` returns this head's next recorded batch; everything else
     AReaL calls on an engine during training is a no-op. The workflow passed in
-    is accepted and never run.
+    is accepted and never run. It implements AReaL's ``InferenceEngine``
+    (``areal_compat.inference_engine_interface``) without subclassing it; the
+    contract test checks every method against it and AReaL's calls.
     """
 
     def __init__(
@@ -76,6 +78,7 @@ class ReplayEngine:
         # The recorded step of the last batch served, until the trainer checks it.
         self._served: int | None = None
         self._version = 0
+        self._initialized = False
         # PPOTrainer syncs the staleness manager after a recover; there is none.
         self.workflow_executor = SimpleNamespace(staleness_manager=None)
         self.staleness_manager = None
@@ -117,6 +120,11 @@ class ReplayEngine:
             f"{self.loader.reader.path}, data-parallel head "
             f"{self.loader.dp_rank + 1}/{self.loader.dp_size}."
         )
+        self._initialized = True
+
+    @property
+    def initialized(self) -> bool:
+        return self._initialized
 
     def destroy(self) -> None:
         pass
@@ -174,7 +182,8 @@ class ReplayEngine:
 class ReplayTeacher:
     """Stands in for a teacher served as an inference engine in replay mode:
     ``compute_logp`` returns the log-probs the dump run's teacher computed for the
-    step's batch, so a distillation run replays with no teacher server."""
+    step's batch, so a distillation run replays with no teacher server.
+    Like ReplayEngine, checked against AReaL's ``InferenceEngine``."""
 
     def __init__(
         self,
@@ -202,6 +211,10 @@ class ReplayTeacher:
     # Nothing to start, offload, or end.
     def initialize(self, *args, **kwargs) -> None:
         pass
+
+    @property
+    def initialized(self) -> bool:
+        return True
 
     def destroy(self) -> None:
         pass

@@ -16,7 +16,11 @@ import shutil
 
 from areal.utils import logging
 
-from areal_debug.areal_compat import recover_paths, write_dataloader_state
+from areal_debug.areal_compat import (
+    recover_model_names,
+    recover_paths,
+    write_dataloader_state,
+)
 from areal_debug.recording.format import KEPT, kept_steps, step_dirname
 
 logger = logging.getLogger("DebugCheckpoints")
@@ -27,7 +31,7 @@ _CHECKPOINTS = "checkpoints"
 
 def model_names(config) -> list[str]:
     """The models a recover checkpoint holds: the actor, and the critic if any."""
-    return ["default"] + (["critic"] if config.critic is not None else [])
+    return recover_model_names(config.critic is not None)
 
 
 # ioctl(FICLONE): the destination shares the source's blocks until either is

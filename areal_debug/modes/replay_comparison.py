@@ -1,0 +1,133 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What a replay compares with its recording at each step, and the report it keeps."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from areal.utils import logging
+
+from areal_debug.compare.report import TopologyChange
+from areal_debug.compare.statistics import StatsComparison, timing_stats, training_stats
+from areal_debug.determinism import current_settings, differences
+from areal_debug.recording.atomic import atomic_write_json
+from areal_debug.recording.format import RecordingError
+from areal_debug.recording.manifest import Layout
+from areal_debug.recording.reader import RecordingReader
+from areal_debug.stages.comparison import compare_stages
+
+# The replay report's per-step timing of what the loop waited for recorded data.
+REPLAY_WAIT = "replay/wait_for_data"
+
+logger = logging.getLogger("DebugReplay")
+
+
+def topology_change(recorded: Layout, replay: Layout) -> TopologyChange:
+    """The dump run's layout against the replay's."""
+    return TopologyChange(
+        recorded_mode=recorded.mode,
+        replay_mode=replay.mode,
+        recorded_heads=recorded.num_shards,
+        replay_heads=replay.num_shards,
+        recorded_train_dp=recorded.training_dp_size,
+        replay_train_dp=replay.training_dp_size,
+    )
+
+
+def determinism_changes(manifest, workers: list[dict[str, Any]]) -> list[str]:
+    """The determinism settings (this process's, the workers') that differ from
+    the dump run's."""
+    changed = differences(manifest.determinism, current_settings())
+    if manifest.worker_determinism and workers:
+        recorded = manifest.worker_determinism[0]
+        changed += [f"workers' {c}" for c in differences(recorded, workers[0])]
+    return changed
+
+
+class ReplayComparison:
+    """Each step's statistics and stages against the recorded ones, written to the
+    replay report as soon as the step is compared."""
+
+    def __init__(
+        self,
+        reader: RecordingReader,
+        debug,
+        topology: TopologyChange,
+        report_path: str,
+        recorded_stages: Callable[[int], Any],
+    ):
+        self.reader = reader
+        self.fail_on_divergence = debug.fail_on_divergence
+        self.stats = StatsComparison(
+            reader.path, debug.verify_rtol, debug.verify_atol, topology
+        )
+        self.report_path = report_path
+        # The step's recorded stages, shared with the reference's stand-in.
+        self._recorded_stages = recorded_stages
+        self._stages: dict[int, dict[str, Any]] = {}
+
+    @property
+    def report(self):
+        return self.stats.report
+
+    def add_stages(
+        self, step: int, stages, tensors, ref_forwards: int | None, ref_source: str
+    ) -> None:
+        """The step's stage digests (before its statistics, ``add_step``)."""
+        recorded, recorded_tensors = self._recorded_stages(step)
+        same_layout = not self.report.topology.changed
+        compared = compare_stages(
+            recorded, stages, same_layout, recorded_tensors, tensors
+        )
+        if "ref_logp" in compared:
+            # Whether the reference model ran, and how often: the evidence for
+            # "recorded" (identical by construction) or "computed".
+            compared["ref_logp"]["source"] = ref_source
+            compared["ref_logp"]["reference_forwards"] = ref_forwards
+        self._stages[step] = compared
+
+    def add_step(self, step: int, stats: dict[str, Any], wait: float | None) -> None:
+        """The step's statistics; the report is rewritten, a divergence reported."""
+        recorded = self.reader.recorded_stats(step)
+        if recorded is not None:
+            recorded = training_stats(recorded)
+        timings = timing_stats(stats)
+        if wait is not None:
+            # What prefetching leaves of reading the recording (step-time units).
+            timings[REPLAY_WAIT] = wait
+        entry = self.stats.add(
+            step, recorded, training_stats(stats), timings, self._stages.pop(step, None)
+        )
+        atomic_write_json(self.report_path, self.report.to_json())
+        if entry.status == "diverged":
+            self._diverged(step)
+
+    def _diverged(self, step: int) -> None:
+        first = self.report.first_stage_divergence()
+        msg = (
+            f"Replay step {step} diverged from the recording (first divergence: "
+            f"step {first['step']}, stage {first['stage']}, at {first['where']}"
+            + _recorded_replayed(first)
+            + f"); report: {self.report_path}"
+        )
+        if self.fail_on_divergence:
+            raise RecordingError(msg + ". Stopping (debug.fail_on_divergence).")
+        logger.warning(msg)
+
+    def summary_lines(self) -> list[str]:
+        return self.stats.summary_lines()
+
+    def reference_forwards(self) -> int:
+        """The reference model's forward passes over every compared step."""
+        forwards = [
+            e.stages.get("ref_logp", {}).get("reference_forwards")
+            for e in self.report.steps
+        ]
+        return sum(f or 0 for f in forwards)
+
+
+def _recorded_replayed(first: dict[str, Any]) -> str:
+    if "recorded" in first and "replayed" in first:
+        return f", recorded {first['recorded']!r}, replayed {first['replayed']!r}"
+    return ""
