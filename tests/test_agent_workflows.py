@@ -16,7 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from support.harness import assert_only_in_dump, recording_dir, replay_report
+from support.harness import (
+    assert_identical,
+    assert_only_in_dump,
+    recording_dir,
+    replay_report,
+)
 from support.online_client import OnlineClient
 from support.scripts import (
     DUMP,
@@ -157,7 +162,7 @@ def test_replay_needs_no_proxy_gateway_or_server(gsm8k_workdir, agent_run, agent
     if agent_run.online:
         assert "online mode (rollout.agent.mode=online): the recording stands in" in log
     report = replay_report(str(gsm8k_workdir), agent_run.experiment, "trial0_replay")
-    assert report["summary"]["all_identical"] is True
+    assert_identical(report)
     assert report["summary"]["steps"] == STEPS
     for entry in report["steps"]:
         assert len(entry["metrics"]) > 90

@@ -22,7 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from support.harness import assert_only_in_dump, recording_dir, replay_report
+from support.harness import (
+    assert_identical,
+    assert_only_in_dump,
+    recording_dir,
+    replay_report,
+)
 from support.scripts import (
     DUMP,
     REPLAY,
@@ -154,7 +159,7 @@ def test_replay_is_bitwise_with_no_server_proxy_or_rollout_worker(
         started += ["role 'proxy", "Initializing proxy workers"]
     assert_only_in_dump(dump_log, log, started)
     report = replay_report(str(gsm8k_workdir), example.experiment, "trial0_replay")
-    assert report["summary"]["all_identical"] is True
+    assert_identical(report)
     assert report["summary"]["steps"] == STEPS
     for entry in report["steps"]:
         assert len(entry["metrics"]) > 90

@@ -13,6 +13,7 @@ import shutil
 
 import pytest
 from support.harness import (
+    assert_identical,
     assert_whole_batch_statistics_kept,
     replay_report,
     run_torchrun,
@@ -89,7 +90,7 @@ def test_replay_is_bitwise_identical_at_one_process(spmd_d1, spmd_d1_replay):
     assert "Replay engine in place of the inference engine" in run.log
     assert_bitwise(spmd_d1.run, run, SPMD_D1_STEPS)
     report = replay_report(str(spmd_d1.workdir))
-    assert report["summary"]["all_identical"] is True
+    assert_identical(report)
     assert report["summary"]["steps"] == SPMD_D1_STEPS
     assert report["topology"] == expected_topology(1)
 
@@ -106,7 +107,7 @@ def test_replay_is_bitwise_identical_at_two_processes(spmd_d2):
     assert "CUBLAS_WORKSPACE_CONFIG: recorded ':4096:8', replay None" in run.log
     assert_bitwise(spmd_d2.run, run, SPMD_D2_STEPS)
     report = replay_report(str(spmd_d2.workdir), trial="d2")
-    assert report["summary"]["all_identical"] is True
+    assert_identical(report)
     assert report["summary"]["steps"] == SPMD_D2_STEPS
     assert report["topology"] == expected_topology(2)
     # Each rank digested its FSDP shard of every gradient and weight; the

@@ -13,7 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from support.harness import assert_only_in_dump, recording_dir, replay_report
+from support.harness import (
+    assert_identical,
+    assert_only_in_dump,
+    recording_dir,
+    replay_report,
+)
 from support.scripts import SCRIPTS_SEED, env_for, processes_of, run_script
 
 from areal_debug.recording.reader import RecordingReader
@@ -161,7 +166,7 @@ def test_replay_starts_only_what_trains_and_is_bitwise(
     if example.teacher:
         assert "the teacher's log-probs come from the recording" in log
     report = replay_report(str(gsm8k_workdir), example.experiment, "trial0_replay")
-    assert report["summary"]["all_identical"] is True
+    assert_identical(report)
     assert report["summary"]["steps"] == STEPS
     for entry in report["steps"]:
         assert len(entry["metrics"]) > 90
@@ -191,7 +196,7 @@ def test_replay_with_recorded_reference_logps_runs_no_reference_forward(
     assert "the reference log-probs come from the recording" in log
     assert "reference forward passes run: 0." in log
     report = replay_report(str(gsm8k_workdir), example.experiment, "recorded_ref")
-    assert report["summary"]["all_identical"] is True
+    assert_identical(report)
     assert report["summary"]["steps"] == STEPS
     for entry in report["steps"]:
         assert {s["status"] for s in entry["stages"].values()} == {"identical"}

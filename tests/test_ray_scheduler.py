@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 from support.harness import (
+    assert_identical,
     assert_only_in_dump,
     recording_dir,
     replay_report,
@@ -175,5 +176,5 @@ def test_replay_with_the_ray_scheduler_is_bitwise(ray_workdir, ray_cluster, ray_
     assert rc == 0, log[-4000:]
     assert_only_in_dump(ray_dump, log, ["role 'rollout'"])
     report = replay_report(str(ray_workdir), EXPERIMENT, "ray_replay")
-    assert report["summary"]["all_identical"] is True
+    assert_identical(report)
     assert report["summary"]["steps"] == STEPS

@@ -8,7 +8,7 @@ in training, 5 steps, an AReaL recover checkpoint kept after every step.
 import shutil
 
 import pytest
-from support.harness import replay_report, run_torchrun
+from support.harness import assert_identical, replay_report, run_torchrun
 from support.recordings import DROPOUT, SPMD_D1_STEPS
 
 pytestmark = [pytest.mark.areal, pytest.mark.spmd_recordings]
@@ -32,7 +32,7 @@ def replay(recorded, trial, *overrides, path: str | None = None):
 def test_restored_rng_makes_dropout_replay_bitwise(spmd_d1, spmd_d1_replay):
     assert spmd_d1_replay.returncode == 0, spmd_d1_replay.log[-3000:]
     report = replay_report(str(spmd_d1.workdir))
-    assert report["summary"]["all_identical"] is True
+    assert_identical(report)
     assert report["summary"]["steps"] == SPMD_D1_STEPS
     # Bitwise stage by stage, the weights after each update included.
     assert report["first_divergence"] is None
@@ -85,7 +85,7 @@ def test_start_step_without_checkpoints_replays_from_the_first_step(spmd_d1, tmp
     assert "no recover checkpoint" in run.log and "replaying from step 0" in run.log
     report = replay_report(str(spmd_d1.workdir), trial="start2")
     assert [e["global_step"] for e in report["steps"]] == [0, 1, 2]
-    assert report["summary"]["all_identical"] is True
+    assert_identical(report)
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +164,7 @@ def test_start_step_restores_the_kept_checkpoint_and_replays_bitwise(spmd_d1):
     assert "recover checkpoint of step 2 (kept with the recording)" in run.log
     report = replay_report(str(spmd_d1.workdir), trial="from3")
     assert [e["global_step"] for e in report["steps"]] == [3, 4]
-    assert report["summary"]["all_identical"] is True
+    assert_identical(report)
     # And it is the dump's step 3, not a fresh start: grad norms match the recording.
     recorded = spmd_d1.run.stats_by_step()
     for entry in report["steps"]:

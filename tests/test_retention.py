@@ -203,7 +203,12 @@ def test_a_long_run_keeps_its_budget_and_pinned_steps_replay_bitwise(
     by -5, against a user threshold); then each pinned step replayed alone from the
     checkpoint retention kept for it."""
     from support.fake_engine import BAD_REWARD_STEP_ENV
-    from support.harness import recording_dir, replay_report, run_torchrun
+    from support.harness import (
+        assert_identical,
+        recording_dir,
+        replay_report,
+        run_torchrun,
+    )
     from support.recordings import _workdir
 
     from areal_debug.recording.checkpoints import kept_steps
@@ -254,6 +259,6 @@ def test_a_long_run_keeps_its_budget_and_pinned_steps_replay_bitwise(
         assert f"recover checkpoint of step {step - 1} (kept" in replay.log
         report = replay_report(str(d), trial=trial)
         assert [e["global_step"] for e in report["steps"]] == [step]
-        assert report["summary"]["all_identical"] is True
+        assert_identical(report)
         norm = report["steps"][0]["metrics"]["ppo_actor/update/grad_norm"]
         assert norm["replayed"] == recorded[step]["ppo_actor/update/grad_norm"] > 0

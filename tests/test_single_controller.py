@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from support.harness import (
+    assert_identical,
     assert_only_in_dump,
     assert_whole_batch_statistics_kept,
     end_session,
@@ -115,7 +116,7 @@ def test_same_mode_replay_is_bitwise_without_rollout_workers(sc_workdir, sc_d2):
     assert_only_in_dump(sc_d2.run.log, run.log, ["role 'rollout'"])
     report = replay_report(str(sc_workdir), experiment=EXP, trial="sc_replay")
     assert report["topology"]["changed"] is False
-    assert report["summary"]["all_identical"] is True
+    assert_identical(report)
     assert report["summary"]["steps"] == STEPS
     for entry in report["steps"]:
         assert len(entry["metrics"]) > 90
@@ -137,7 +138,7 @@ def test_replay_from_step_n_restores_the_kept_checkpoint(sc_workdir, sc_d2):
     assert "recover checkpoint of step 1 (kept with the recording)" in run.log
     report = replay_report(str(sc_workdir), experiment=EXP, trial="sc_from2")
     assert [e["global_step"] for e in report["steps"]] == [2]
-    assert report["summary"]["all_identical"] is True
+    assert_identical(report)
     assert_no_workers_left(sc_workdir)
 
 

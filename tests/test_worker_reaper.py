@@ -19,6 +19,11 @@ SCRIPT = textwrap.dedent(
     """
     import signal, sys, time, weakref
 
+    # Ctrl-C raises KeyboardInterrupt, as in any Python started at a terminal
+    # (a background job of a shell inherits SIGINT ignored, and then Python
+    # installs no handler of its own).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
     if {redeliver}:
         from areal_debug.single_controller.worker_reaper import WorkerReaper
 

@@ -246,3 +246,28 @@ def assert_only_in_dump(dump_log: str, replay_log: str, texts) -> None:
     for text in texts:
         assert text in dump_log, f"the dump never logged {text!r}"
         assert text not in replay_log, f"the replay logged {text!r}"
+
+
+def assert_identical(report: dict) -> None:
+    """Every step of a replay report is identical; otherwise name each step's
+    first divergence (what a failed CI run must show to be understood)."""
+    summary = report["summary"]
+    if summary["all_identical"] is True:
+        return
+    lines = [f"first divergence: {summary.get('first_divergence')}"]
+    for s in report["steps"]:
+        if s.get("status") != "identical":
+            differing = {
+                k: v
+                for k, v in s.get("metrics", {}).items()
+                if not v.get("identical", True)
+            }
+            stages = {
+                k: v
+                for k, v in s.get("stages", {}).items()
+                if v.get("status") != "identical"
+            }
+            lines.append(
+                f"step {s.get('global_step')} {s.get('status')}: stages {stages}, metrics {differing}"
+            )
+    raise AssertionError("the replay diverged:\n" + "\n".join(lines)[:4000])
