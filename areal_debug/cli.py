@@ -5,7 +5,7 @@ areal-debug ls [ROOT]          recordings under a fileroot and their replays
 areal-debug inspect PATH       what a recording holds, step by step
 areal-debug show PATH --step N one step, trajectory by trajectory
 areal-debug diff A [B]         where two recordings or replays first differ
-areal-debug plot A [B] -o PNG  per-step statistics of two runs, one picture
+areal-debug plot A [B] -o PNG  per-step statistics of one or two runs, one picture
 areal-debug extract PATH ...   one step as a self-contained reproducer with a test
 areal-debug doctor PATH -- CMD pre-flight checks of a replay or resume command
 areal-debug verify PATH        check every payload's checksum and safe loading
@@ -209,10 +209,15 @@ def cmd_diff(args) -> int:
 
 def cmd_plot(args) -> int:
     with _logs_to_stderr():
-        from areal_debug.inspect import plot, render
+        from areal_debug.inspect import plot, plot_recording, render
 
         result = plot.plot(args.a, args.b, args.output, args.metric, args.title)
-    _emit(args, result, render.plot_result(result))
+    if isinstance(result, plot_recording.RecordingPlotResult):
+        from rich.text import Text
+
+        _emit(args, result, Text(plot_recording.summary(result)))
+    else:
+        _emit(args, result, render.plot_result(result))
     return 0
 
 
@@ -344,19 +349,23 @@ Exit code: 0 when identical, 3 when they differ, 1/2 on bad input.""",
         sub,
         "plot",
         "plot per-step statistics (loss, grad norm, reward, importance weight...) of "
-        "recorded vs replayed, or run A vs run B, into a PNG",
+        "one recorded run, recorded vs replayed, or run A vs run B, into a PNG",
         """examples:
+  areal-debug plot REC -o run.png                                   the recorded run
   areal-debug plot LOGS/t0_replay/replay_report.json -o replay.png   recorded vs replayed
   areal-debug plot REPORT_A REPORT_B -o ab.png                      two replays
   areal-debug plot REC_A REC_B -o runs.png --metric ppo_actor/update/grad_norm
 
-The first divergent step is marked in every panel and named in the title.""",
+One recording: its anomaly pins and incomplete steps are marked. Two runs: the
+first divergent step is marked in every panel and named in the title.""",
     )
     p.add_argument(
         "a", help="recording, replay_report.json, or a replay's log directory"
     )
     p.add_argument(
-        "b", nargs="?", help="the other run (omit for a report vs its recording)"
+        "b",
+        nargs="?",
+        help="the other run (omit for a report vs its recording, or one recording)",
     )
     p.add_argument("-o", "--output", required=True, help="PNG file to write")
     p.add_argument("--metric", action="append", help="metric to plot (repeatable)")

@@ -14,14 +14,14 @@ import shutil
 import pytest
 import torch
 from support.recordings import DROPOUT, SPMD_D1_STEPS
-from test_store import record, traj
+from test_store import manifest, record, traj
 
 from areal_debug.cli import main
 from areal_debug.recording.atomic import atomic_write_json
 from areal_debug.recording.format import STEP_META, shard_meta_name, step_dirname
 from areal_debug.recording.packed_payload import pack
 from areal_debug.recording.reader import RecordingReader
-from areal_debug.recording.writer import save_payload
+from areal_debug.recording.writer import RecordingWriter, save_payload, write_manifest
 
 CONFIG = os.path.join(os.path.dirname(__file__), "configs", "tiny_fake.yaml")
 
@@ -97,6 +97,89 @@ def test_diff_of_two_recordings_names_the_first_differing_element(tmp_path, caps
     assert "first difference: step 1, shard 0, trajectory 1, key 'rewards'" in out
 
 
+# The per-step statistics a one-recording plot draws by default, in panel order.
+PLOTTED = [
+    "ppo_actor/update/actor_loss/avg",
+    "ppo_actor/update/grad_norm",
+    "ppo_actor/task_reward/avg",
+    "ppo_actor/update/importance_weight/avg",
+    "ppo_actor/update/clip_ratio/avg",
+    "ppo_actor/update/entropy/avg",
+    "ppo_actor/seq_len/avg",
+]
+BLUE, RED = (31, 119, 180), (214, 39, 40)  # the recorded curve, anomaly pins
+SHADE = (217, 210, 233)  # incomplete steps (opaque)
+
+
+def png_colours(path):
+    """A PNG as one int per pixel (0xRRGGBB), after checking it is a full figure."""
+    import matplotlib.image
+
+    assert os.path.getsize(path) > 20_000
+    img = matplotlib.image.imread(str(path))
+    height, width = img.shape[:2]
+    assert width >= 1000 and height >= 600
+    colours = torch.from_numpy((img[..., :3] * 255).round()).to(torch.int32)
+    packed = colours[..., 0] * 65536 + colours[..., 1] * 256 + colours[..., 2]
+    # Lines, markers, text and anti-aliasing: far more than a blank figure's few.
+    assert packed.unique().numel() > 100
+    return packed
+
+
+def pixels(packed, rgb) -> int:
+    return int((packed == rgb[0] * 65536 + rgb[1] * 256 + rgb[2]).sum())
+
+
+def record_with_stats(path: str, steps: int, anomaly_at: int, incomplete: int):
+    """A recording the way a dump run leaves it: each step's batch and statistics,
+    an anomaly pin (the step and the one before) and a last step never finished."""
+    write_manifest(path, manifest())
+    w = RecordingWriter(path, shard=0, num_shards=1, steps_per_epoch=10)
+    for step in range(steps):
+        w.submit_batch(step, [traj(step)])
+        stats = {name: 1.0 + 0.1 * i + 0.05 * step for i, name in enumerate(PLOTTED)}
+        stats["ppo_actor/update/lr"] = 1e-3
+        if step == anomaly_at:
+            stats["ppo_actor/update/grad_norm"] = float("nan")
+            w.submit_pin(step, ["ppo_actor/update/grad_norm is nan"], [step - 1, step])
+        w.submit_stats(step, stats)
+    w.submit_batch(incomplete, [traj(incomplete)])
+    w.close()
+    os.unlink(os.path.join(path, step_dirname(incomplete), STEP_META))
+
+
+def test_plot_of_one_recording_marks_pins_and_incomplete_steps(tmp_path, capsys):
+    rec, out = str(tmp_path / "rec"), tmp_path / "run.png"
+    record_with_stats(rec, steps=4, anomaly_at=2, incomplete=4)
+    rc, result = run_json(capsys, "plot", rec, "-o", str(out))
+    assert rc == 0 and result["path"] == str(out)
+    assert result["metrics"] == PLOTTED and result["steps"] == [0, 1, 2, 3]
+    assert result["anomalies"] == [
+        {"step": 2, "reasons": ["ppo_actor/update/grad_norm is nan"]}
+    ]
+    assert result["pinned"] == [1, 2] and result["incomplete"] == [4]
+    packed = png_colours(out)
+    assert pixels(packed, BLUE) and pixels(packed, RED)
+    # The incomplete step's band, the height of each of the 7 panels.
+    assert pixels(packed, SHADE) > 5_000
+    # What was drawn, in words: every panel, the pin and why, the step left out.
+    assert main(["plot", rec, "-o", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())  # as wrapped at 120 columns
+    assert "7 metrics of the recorded run exp/t0 over steps 0-3" in text
+    assert all(name in text for name in PLOTTED)
+    assert "anomalies step 2 (red pins); step 2: ppo_actor/update/grad_norm is nan" in (
+        text
+    )
+    assert "incomplete step 4" in text
+    # --metric: any recorded statistic, and only those.
+    rc, one = run_json(
+        capsys, "plot", rec, "-o", str(out), "--metric", "ppo_actor/update/lr"
+    )
+    assert rc == 0 and one["metrics"] == ["ppo_actor/update/lr"]
+    assert main(["plot", rec, "-o", str(out), "--metric", "nope"]) == 1
+    assert "['nope'] are not in the statistics recorded" in capsys.readouterr().err
+
+
 def test_ls_finds_every_recording_under_a_root(tmp_path, capsys):
     record(
         str(tmp_path / "x" / "exp" / "t1" / "areal_debug_recording"), {0: [[traj(0)]]}
@@ -134,7 +217,7 @@ def test_show_without_stats_and_without_decoding(tmp_path, capsys):
             1,
             "Cannot load the tokenizer",
         ),
-        (["plot", "{rec}", "-o", "{missing}/x.png"], 1, "is a recording"),
+        (["plot", "{rec}", "-o", "{missing}/x.png"], 1, "holds no statistics"),
         (["extract", "{rec}", "--step", "3", "-o", "{missing}"], 1, "Step 3 is not"),
         (["doctor", "{rec}", "--", "python", "train.py"], 1, "No --config"),
     ],
@@ -248,24 +331,37 @@ def test_diff_of_an_edited_copy_names_step_and_metric(spmd_d1, tmp_path, capsys)
 
 @pytest.mark.areal
 def test_plot_draws_a_readable_png(spmd_d1, spmd_d1_replay, tmp_path, capsys):
-    import matplotlib.image
-
     out = tmp_path / "replay.png"
     rc, result = run_json(capsys, "plot", report_path(spmd_d1.workdir), "-o", str(out))
     assert rc == 0 and result["first_divergence"] is None
     assert "ppo_actor/update/grad_norm" in result["metrics"]
-    assert out.stat().st_size > 20_000
-    img = matplotlib.image.imread(str(out))
-    height, width = img.shape[:2]
-    assert width >= 1000 and height >= 600
-    colours = torch.from_numpy((img[..., :3] * 255).round()).to(torch.int32)
-    packed = colours[..., 0] * 65536 + colours[..., 1] * 256 + colours[..., 2]
-    distinct = packed.unique().numel()
-    # Lines, markers, text and anti-aliasing: far more than a blank figure's few.
-    assert distinct > 100, distinct
+    packed = png_colours(out)
     # Both series' colours (matplotlib's blue and orange) are drawn.
-    for rgb in ((31, 119, 180), (255, 127, 14)):
-        assert (packed == rgb[0] * 65536 + rgb[1] * 256 + rgb[2]).any(), rgb
+    for rgb in (BLUE, (255, 127, 14)):
+        assert pixels(packed, rgb), rgb
+
+
+@pytest.mark.areal
+def test_plot_of_the_recorded_run_alone(spmd_d1, tmp_path, capsys):
+    out = tmp_path / "run.png"
+    rc, result = run_json(capsys, "plot", spmd_d1.path, "-o", str(out))
+    steps = list(range(SPMD_D1_STEPS))
+    assert rc == 0 and result["metrics"] == PLOTTED and result["steps"] == steps
+    # The anomaly threshold fires at every step: a pin at each, saying why.
+    assert [a["step"] for a in result["anomalies"]] == steps
+    assert all(
+        a["reasons"][0].startswith("ppo_actor/update/grad_norm > 0 (it is ")
+        for a in result["anomalies"]
+    )
+    assert result["pinned"] == steps and result["incomplete"] == []
+    packed = png_colours(out)
+    assert pixels(packed, BLUE) and pixels(packed, RED)
+    assert not pixels(packed, SHADE)  # no incomplete step to shade
+    assert main(["plot", spmd_d1.path, "-o", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())  # as wrapped at 120 columns
+    assert f"7 metrics of the recorded run tiny/t0 over steps 0-{steps[-1]}" in text
+    assert all(name in text for name in PLOTTED)
+    assert f"anomalies steps 0-{steps[-1]} (red pins)" in text
 
 
 def _doctor_argv(spmd_d1, *extra) -> list[str]:

@@ -1,14 +1,21 @@
 # SPDX-License-Identifier: Apache-2.0
-"""``areal-debug plot``: per-step statistics of two runs in one readable PNG."""
+"""``areal-debug plot``: per-step statistics of two runs in one readable PNG.
+
+One recording alone is drawn by :mod:`areal_debug.inspect.plot_recording`.
+"""
 
 from __future__ import annotations
 
 import math
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from areal_debug.inspect.common import InspectError
+from areal_debug.inspect.common import InspectError, is_recording
 from areal_debug.inspect.diff import Source, diff_runs, open_source, pair
+
+if TYPE_CHECKING:
+    from areal_debug.inspect.plot_recording import RecordingPlotResult
 
 # Shown by default, in this order, when the runs have them: what people look at
 # first when a step goes wrong. (metric, panel title, y-axis label with unit)
@@ -28,6 +35,13 @@ DEFAULT_METRICS = (
     ("ppo_actor/update/clip_ratio/avg", "PPO clip ratio (clipped tokens)", "fraction"),
     ("ppo_actor/update/entropy/avg", "Policy entropy (mean over tokens)", "nats"),
 )
+# Drawn too when one recording is plotted alone (a replay of the same batch never
+# changes it).
+SEQUENCE_LENGTH = (
+    "ppo_actor/seq_len/avg",
+    "Sequence length (prompt + completion, mean)",
+    "tokens",
+)
 
 
 @dataclass
@@ -41,8 +55,8 @@ class PlotResult:
     first_divergence: tuple[int, str] | None
 
 
-def _title_and_unit(metric: str) -> tuple[str, str]:
-    for name, title, unit in DEFAULT_METRICS:
+def title_and_unit(metric: str) -> tuple[str, str]:
+    for name, title, unit in (*DEFAULT_METRICS, SEQUENCE_LENGTH):
         if name == metric:
             return title, unit
     return metric, "value"
@@ -69,30 +83,54 @@ def choose_metrics(a: Source, b: Source, wanted: list[str] | None) -> list[str]:
     return chosen
 
 
+def new_grid(n: int, legend_row: bool = False):
+    """A figure of ``n`` panels, two a row (one alone); room for a legend below."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display needed, none opened
+    import matplotlib.pyplot as plt
+
+    cols = 2 if n > 1 else 1
+    rows = math.ceil(n / cols)
+    return plt.subplots(
+        rows,
+        cols,
+        figsize=(6.4 * cols, 3.4 * rows + 0.9 + (0.4 if legend_row else 0.0)),
+        squeeze=False,
+    )
+
+
+def save_figure(fig, out: str, bottom: float = 0.0) -> None:
+    """Lay ``fig`` out under its title (above a legend ``bottom`` high), write it
+    to ``out`` as PNG and free it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout(rect=(0, bottom, 1, 0.97))
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
 def plot(
     a_path: str,
     b_path: str | None,
     out: str,
     metrics: list[str] | None = None,
     title: str | None = None,
-) -> PlotResult:
-    """Draw ``a`` vs ``b`` (or a replay report vs its recording) into ``out`` (PNG)."""
-    import matplotlib
+) -> PlotResult | RecordingPlotResult:
+    """Draw ``a`` vs ``b`` (or a replay report vs its recording) into ``out`` (PNG);
+    one recording alone, its recorded run (:mod:`plot_recording`)."""
+    if b_path is None and is_recording(a_path):
+        from areal_debug.inspect.plot_recording import plot_recording
 
-    matplotlib.use("Agg")  # files only: no display needed, none opened
-    import matplotlib.pyplot as plt
-
+        return plot_recording(a_path, out, metrics, title)
     a, b = pair(open_source(a_path), open_source(b_path) if b_path else None)
     if a.kind == "report" and b.kind == "recording":
         a, b = b, a
     comparison = diff_runs(a, b)
     names = choose_metrics(a, b, metrics)
     first = comparison.first_divergence
-    cols = 2 if len(names) > 1 else 1
-    rows = math.ceil(len(names) / cols)
-    fig, axes = plt.subplots(
-        rows, cols, figsize=(6.4 * cols, 3.4 * rows + 0.9), squeeze=False
-    )
+    fig, axes = new_grid(len(names))
     steps = comparison.steps
     for ax, name in zip(axes.flat, names):
         _panel(ax, name, a, b, steps, first)
@@ -107,10 +145,7 @@ def plot(
         (title or f"{a.label} vs {b.label}") + f"\n{verdict}",
         fontsize=12,
     )
-    fig.tight_layout(rect=(0, 0, 1, 0.97))
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out)
     return PlotResult(
         os.path.abspath(out),
         names,
@@ -122,7 +157,7 @@ def plot(
 
 
 def _panel(ax, name: str, a: Source, b: Source, steps: list[int], first) -> None:
-    title, unit = _title_and_unit(name)
+    title, unit = title_and_unit(name)
     xa = [s for s in steps if name in a.series[s]]
     xb = [s for s in steps if name in b.series[s]]
     ax.plot(
@@ -162,7 +197,7 @@ def _panel(ax, name: str, a: Source, b: Source, steps: list[int], first) -> None
         )
     if first is not None and first.step in steps:
         ax.axvspan(first.step - 0.5, first.step + 0.5, color="#d62728", alpha=0.08)
-    ax.set_title(f"{title}\n{name}", fontsize=9)
+    ax.set_title(name if title == name else f"{title}\n{name}", fontsize=9)
     ax.set_xlabel("global step")
     ax.set_ylabel(unit)
     ax.set_xticks(steps if len(steps) <= 20 else ax.get_xticks())
