@@ -306,14 +306,18 @@ def stats_log_dir(trainer: PPOTrainer) -> str:
 
 # -- where a PPO step's stages can be watched (SPMD: the engines are in-process) ----------
 # PPOTrainer.train (rl_trainer.py:633-722 (1.0.4), :645-734 (2.0.0)) calls these
-# on its engines, in this order; PPOActor._ppo_update (trainer/ppo/actor.py:345
-# (1.0.4), :356 (2.0.0)) calls the actor engine's train_batch(mb, loss_fn=...,
-# loss_weight_fn=...) once per mini-batch, and
-# FSDPEngine.train_batch (engine/fsdp_engine.py:760 (1.0.4, 2.0.0)) calls loss_fn
-# once per micro-batch and then self.optimizer_step(), which clips the gradients
-# first.
+# on its engines, in this order, and then ppo_update (rl_trainer.py:722 (1.0.4),
+# :734 (2.0.0)). PPOActor._ppo_update (trainer/ppo/actor.py:256 (1.0.4), :267
+# (2.0.0)) splits the batch into ppo_n_minibatches mini-batches (:338 / :349) and
+# calls the actor engine's train_batch(mb, loss_fn=..., loss_weight_fn=...) once
+# per mini-batch (the loop at :345 / :356). FSDPEngine.train_batch
+# (engine/fsdp_engine.py:760 (1.0.4, 2.0.0)) calls loss_fn once per micro-batch
+# and then, once, self.optimizer_step() (:796), which clips the gradients first
+# and steps the optimizer (fsdp_engine.py:682-713, the step at :705): the
+# gradients are digested as it starts, the weights as it returns, so both once
+# per mini-batch.
 STAGE_METHODS = {
-    "actor": ("compute_logp", "compute_advantages", "ppo_update"),
+    "actor": ("compute_logp", "compute_advantages"),
     "actor_engine": ("train_batch", "optimizer_step"),
     "ref": ("compute_logp",),
     "critic": ("compute_values",),

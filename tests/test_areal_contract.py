@@ -270,6 +270,59 @@ def _():
     assert "self.model = " in source(FSDPEngine)
 
 
+def calls_to(tree: ast.AST, receiver: str, method: str) -> list[ast.Call]:
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == method
+        and ast.unparse(node.func.value) == receiver
+    ]
+
+
+@check(
+    "STAGE_METHODS: optimizer_step steps the weights once per mini-batch "
+    "(weights digested after each mini-batch)"
+)
+def _():
+    from areal.engine.fsdp_engine import FSDPEngine
+    from areal.trainer.ppo.actor import PPOActor
+
+    # _ppo_update: one train_batch per mini-batch of ppo_n_minibatches.
+    update_src = textwrap.dedent(source(PPOActor._ppo_update))
+    assert "MicroBatchSpec(n_mbs=self.config.ppo_n_minibatches)" in update_src
+    update = ast.parse(update_src)
+    loops = [
+        loop
+        for loop in ast.walk(update)
+        if isinstance(loop, ast.For) and calls_to(loop, "self.engine", "train_batch")
+    ]
+    assert [ast.unparse(loop.iter) for loop in loops] == ["mb_inputs.mbs"]
+    assert len(calls_to(update, "self.engine", "train_batch")) == 1
+    # train_batch: exactly one optimizer_step, not in a loop, as its last call on
+    # the engine, so the weights it leaves are the mini-batch's.
+    train_batch = ast.parse(textwrap.dedent(source(FSDPEngine.train_batch)))
+    (step,) = calls_to(train_batch, "self", "optimizer_step")
+    assert not any(
+        isinstance(loop, (ast.For, ast.While)) and step in list(ast.walk(loop))
+        for loop in ast.walk(train_batch)
+    )
+    later = [
+        call
+        for call in ast.walk(train_batch)
+        if isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and ast.unparse(call.func.value) == "self"
+        and call.lineno > step.lineno
+    ]
+    assert not later, [ast.unparse(c) for c in later]
+    # optimizer_step steps the optimizer itself (either way it is configured).
+    optimizer_step = source(FSDPEngine.optimizer_step)
+    assert "self.optimizer.step()" in optimizer_step
+    assert "self._per_layer_optim_wrapper.step()" in optimizer_step
+
+
 @check("TrainController: worker engine class by name, broadcast calls (probed engines)")
 def _():
     from areal.engine import FSDPPPOActor, FSDPPPOCritic

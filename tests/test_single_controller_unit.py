@@ -251,3 +251,59 @@ def test_the_workers_stage_records_reach_the_controller_united_per_rank():
         "rank 0/values/trajectory 0",
     ]
     assert torch.equal(kept["rank 0/ref_logp/trajectory 0"], logps)
+
+
+def test_the_workers_actor_digests_the_weights_after_each_mini_batch():
+    # In the RPC worker, AReaL's ppo_update calls the engine's own train_batch
+    # and optimizer_step once per mini-batch: the probes on the worker's engine
+    # digest the weights at each, as in SPMD mode.
+    from areal_debug.single_controller.probed_engines import (
+        StageProbedEngine,
+        WorkerStageProbes,
+    )
+    from areal_debug.stages.digest import digest_hex, digest_pair, merge_global
+
+    class Actor(StageProbedEngine):
+        def __init__(self):
+            self.model = torch.nn.Linear(2, 1, bias=False)
+
+        def compute_logp(self, data):
+            return [torch.zeros(1, 2) for _ in data]
+
+        def compute_advantages(self, data):
+            return [{"advantages": torch.ones(1, 2)} for _ in data]
+
+        def train_batch(self, data, loss_fn, loss_weight_fn=None):
+            loss_fn(torch.tensor(data)).backward()
+            return self.optimizer_step()
+
+        def optimizer_step(self):
+            with torch.no_grad():
+                for p in self.model.parameters():
+                    p -= 0.1 * p.grad
+                    p.grad = None
+            return {}
+
+        def ppo_update(self, data):
+            for mb in data:  # AReaL's PPOActor._ppo_update, over the RPC
+                self.train_batch(mb, loss_fn=lambda x: self.model(x).sum())
+
+    actor = Actor()
+    probes = WorkerStageProbes()
+    probes.controllers.append(("actor", _Controller(actor)))
+    probes.start(frozenset(), recorded_ref=False)
+    _Controller(actor)._custom_function_call("ppo_update", [[1.0, 2.0], [3.0, 4.0]])
+    (record,) = probes.take()
+    merged = merge_global([record.digests])
+    assert merged["weights_per_mini_batch"] is True
+    assert list(merged["global"]["weights"]) == [
+        "mini-batch 0 weight",
+        "mini-batch 1 weight",
+    ]
+    assert list(merged["ranks"][0]["loss"]) == [
+        "mini-batch 0 micro-batch 0",
+        "mini-batch 1 micro-batch 0",
+    ]
+    after = digest_hex(digest_pair(actor.model.weight))
+    assert merged["global"]["weights"]["mini-batch 1 weight"][0] == after
+    assert merged["global"]["weights"]["mini-batch 0 weight"][0] != after

@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Stage digests and their comparison, without a trainer (the real-AReaL runs that
-record and compare them are in tests/test_reproduce.py and tests/test_areal_spmd.py)."""
+"""Stage digests and their comparison, without a trainer, and the walk of a step's
+update mini-batch by mini-batch in real AReaL runs (``areal``; the other real-AReaL
+runs that record and compare them are in tests/test_reproduce.py and
+tests/test_areal_spmd.py)."""
 
 from __future__ import annotations
 
@@ -297,9 +299,17 @@ def test_stage_records_of_one_rank_unite_its_engines():
 
 
 class FakeActor:
-    """The actor engine's surface the probes wrap (STAGE_METHODS's names)."""
+    """The actor engine's surface the probes wrap (STAGE_METHODS's names), training
+    as AReaL's does: ppo_update runs one train_batch per mini-batch, each the
+    losses of its micro-batches and then one optimizer_step (SGD at ``lr``);
+    ``clip`` scales the loss as a changed eps_clip would."""
 
-    model = None
+    def __init__(self, lr: float = 0.1, clip: float = 1.0, n_minibatches: int = 2):
+        self.model = torch.nn.Linear(3, 2)
+        with torch.no_grad():
+            for i, p in enumerate(self.model.parameters()):
+                p.copy_(torch.arange(p.numel(), dtype=p.dtype).reshape(p.shape) / 7 + i)
+        self.lr, self.clip, self.n_minibatches = lr, clip, n_minibatches
 
     def compute_logp(self, data):
         return [torch.full((2, 3), -0.5) for _ in data]
@@ -307,16 +317,39 @@ class FakeActor:
     def compute_advantages(self, data):
         return [{"advantages": torch.ones(2, 3), "returns": torch.zeros(2, 3)}]
 
+    def loss(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x).pow(2).mean() * self.clip
+
     def train_batch(self, data, loss_fn):
-        return loss_fn(data)
+        for micro in data:
+            loss_fn(micro).backward()
+        return self.optimizer_step()
 
     def optimizer_step(self):
+        with torch.no_grad():
+            for p in self.model.parameters():
+                p -= self.lr * p.grad
+                p.grad = None
         return {}
 
     def ppo_update(self, data):
-        for _ in range(2):
-            self.train_batch(data, loss_fn=lambda d: torch.tensor(0.25))
-            self.optimizer_step()
+        for mb in torch.tensor_split(data, self.n_minibatches):
+            self.train_batch(mb.split(1), loss_fn=self.loss)
+
+
+def probed_step(engine: FakeActor) -> dict:
+    """One PPO step of ``engine`` with the probes on, as merge_global records it."""
+    from areal_debug import areal_compat
+    from areal_debug.stages.probes import StageProbes
+
+    probes, patches = StageProbes(), areal_compat.MethodPatches()
+    probes.install_engine("actor", engine, patches)
+    batch = torch.linspace(-1, 1, 12).reshape(4, 3)
+    engine.compute_logp([0])
+    engine.compute_advantages([0])
+    engine.ppo_update(batch)
+    patches.remove_all()
+    return merge_global([probes.take().digests])
 
 
 def test_every_stage_method_is_probed_by_name_from_one_table():
@@ -332,17 +365,305 @@ def test_every_stage_method_is_probed_by_name_from_one_table():
         *areal_compat.STAGE_METHODS["actor_engine"],
     }
     probes.install_engine("actor", engine, patches)
-    assert set(vars(engine)) == set(stage_methods("actor"))
+    assert set(vars(engine)) - {"model", "lr", "clip", "n_minibatches"} == set(
+        stage_methods("actor")
+    )
     engine.compute_logp([0])
     engine.compute_advantages([0])
-    engine.ppo_update([0])
+    engine.ppo_update(torch.ones(4, 3))
     digests = probes.take().digests
-    assert list(digests) == ["logp", "advantages", "loss"]
+    assert list(digests) == ["logp", "advantages", "loss", "grads", "weights"]
     assert list(digests["loss"]) == [
         "mini-batch 0 micro-batch 0",
+        "mini-batch 0 micro-batch 1",
         "mini-batch 1 micro-batch 0",
+        "mini-batch 1 micro-batch 1",
     ]
+    # Gradients and weights once per mini-batch: at its optimizer step.
+    params = ["weight", "bias"]
+    per_mini_batch = [f"mini-batch {mb} {p}" for mb in (0, 1) for p in params]
+    assert list(digests["grads"]) == list(digests["weights"]) == per_mini_batch
     patches.remove_all()
-    assert not vars(engine)
+    assert set(vars(engine)) == {"model", "lr", "clip", "n_minibatches"}
     with pytest.raises(NotImplementedError, match="_probe_generate"):
         probes._probe("generate")
+
+
+def test_the_weights_are_digested_after_each_mini_batchs_optimizer_step():
+    engine = FakeActor()
+    weights = probed_step(engine)["global"]["weights"]
+    # Mini-batch 1's are the weights after the update.
+    for name, p in engine.model.named_parameters():
+        assert weights[f"mini-batch 1 {name}"][0] == hexof(p)
+    # Mini-batch 0's are those after its step alone.
+    alone = FakeActor(n_minibatches=2)
+    alone.train_batch(torch.linspace(-1, 1, 12).reshape(4, 3)[:2].split(1), alone.loss)
+    for name, p in alone.model.named_parameters():
+        assert weights[f"mini-batch 0 {name}"][0] == hexof(p)
+
+
+@pytest.mark.parametrize("n_minibatches", [1, 2])
+def test_a_changed_learning_rate_first_differs_at_the_weights_of_mini_batch_0(
+    n_minibatches,
+):
+    # What issue #30 reported: with two mini-batches, the loss of mini-batch 1
+    # differs too, but only after the weights of mini-batch 0 did.
+    recorded = probed_step(FakeActor(lr=0.1, n_minibatches=n_minibatches))
+    replayed = probed_step(FakeActor(lr=0.2, n_minibatches=n_minibatches))
+    stages = compare_stages(recorded, replayed, True)
+    assert stages["logp"]["status"] == stages["advantages"]["status"] == "identical"
+    assert stages["weights"]["mini_batch"] == 0
+    assert stages["weights"]["where"] == "mini-batch 0 weight"
+    if n_minibatches == 2:
+        assert (stages["loss"]["mini_batch"], stages["grads"]["mini_batch"]) == (1, 1)
+        assert stages["loss"]["where"] == "mini-batch 1 micro-batch 0"
+    else:
+        assert stages["loss"]["status"] == stages["grads"]["status"] == "identical"
+    report = _report(stages)
+    first = report["first_divergence"]
+    assert (first["step"], first["stage"], first["mini_batch"]) == (0, "weights", 0)
+    assert first["where"] == "mini-batch 0 weight"
+    line = describe(0, stages)
+    before = "step 0: logp identical; advantages identical; "
+    if n_minibatches == 1:
+        before += "loss identical; grads identical; "
+    assert line.startswith(before + "weights differ first at mini-batch 0 weight")
+    if n_minibatches == 2:
+        assert line.index("weights differ") < line.index("loss differs first at")
+
+
+def test_a_changed_loss_still_first_differs_at_the_loss_of_mini_batch_0():
+    recorded = probed_step(FakeActor())
+    replayed = probed_step(FakeActor(clip=0.5))
+    stages = compare_stages(recorded, replayed, True)
+    first = _report(stages)["first_divergence"]
+    assert (first["stage"], first["mini_batch"]) == ("loss", 0)
+    assert first["where"] == "mini-batch 0 micro-batch 0"
+    assert first["abs_diff"] > 0
+    line = describe(0, stages)
+    assert "advantages identical; loss differs first at mini-batch 0 micro-batch 0" in (
+        line
+    )
+    assert line.index("loss differs") < line.index("gradient") < line.index("weights")
+
+
+def _report(stages: dict) -> dict:
+    comparison = StatsComparison(
+        "rec", 0.0, 0.0, TopologyChange("spmd", "spmd", 1, 1, 1, 1)
+    )
+    stats = {"ppo_actor/update/actor_loss/avg": 0.1}
+    comparison.add(0, stats, dict(stats), {}, stages)
+    report = comparison.report.to_json()
+    # The walk order survives the report's JSON (whatever order its keys are in).
+    again = ReplayReport.from_json(json.loads(json.dumps(report, sort_keys=True)))
+    assert again.first_stage_divergence() == report["first_divergence"]
+    return report
+
+
+def _stage_dict(per_stage: dict[str, list[str]], changed: set[str] = frozenset()):
+    """Digests by stage and name; the names in ``changed`` get another digest."""
+    return {
+        stage: {n: ["b" if n in changed else "a", None] for n in names}
+        for stage, names in per_stage.items()
+    }
+
+
+def test_the_walk_interleaves_the_update_mini_batch_by_mini_batch():
+    from areal_debug.stages.names import step_order
+
+    update = {
+        "loss": [f"mini-batch {mb} micro-batch 0" for mb in (0, 1, 2)],
+        "grads": [f"mini-batch {mb} w" for mb in (0, 1, 2)],
+        "weights": [f"mini-batch {mb} w" for mb in (0, 1, 2)],
+    }
+
+    def walked(changed: set[str]):
+        rec = {"ranks": [{"logp": {"trajectory 0": ["a", None]}}], "global": {}}
+        rep = json.loads(json.dumps(rec))
+        for side, names in ((rec, set()), (rep, changed)):
+            digests = _stage_dict(update, names)
+            side["ranks"][0]["loss"] = digests.pop("loss")
+            side["global"] = digests
+            side["weights_per_mini_batch"] = True
+        stages = compare_stages(rec, rep, True)
+        return stages, step_order(stages)
+
+    stages, order = walked({"mini-batch 2 w"})
+    assert order[0] == "logp" and stages["grads"]["mini_batch"] == 2
+    # Gradients and weights of mini-batch 2, the loss identical (at mini-batch 0).
+    assert order == ["logp", "loss", "grads", "weights"]
+    stages, order = walked({"mini-batch 1 micro-batch 0", "mini-batch 0 w"})
+    assert order == ["logp", "grads", "weights", "loss"]
+    assert first_stage_of(stages) == ("grads", 0, "mini-batch 0 w")
+    stages, _ = walked(set())
+    assert first_stage_of(stages) is None
+    # A name only one side has differs where it falls in the step.
+    rec = {"ranks": [], "global": {"grads": {"mini-batch 1 w": ["a", 1.0]}}}
+    rep = {"ranks": [], "global": {"grads": {"mini-batch 1 w": ["b", 2.0]}}}
+    rep["global"]["grads"]["mini-batch 0 w"] = ["a", 1.0]
+    grads = compare_stages(rec, rep, True)["grads"]
+    assert (grads["where"], grads["mini_batch"]) == ("mini-batch 0 w", 0)
+    assert grads["missing_in"] == "recording" and grads["differing"] == 2
+
+
+def first_stage_of(stages):
+    from areal_debug.stages.comparison import first_divergent_stage
+
+    stage = first_divergent_stage(stages)
+    if stage is None:
+        return None
+    return stage, stages[stage].get("mini_batch"), stages[stage]["where"]
+
+
+def test_the_rank_whose_loss_differs_in_the_earliest_mini_batch_is_named():
+    names = [f"mini-batch {mb} micro-batch 0" for mb in (0, 1)]
+    rec = {"ranks": [{"loss": _stage_dict({"l": names})["l"]}] * 2, "global": {}}
+    rep = {
+        "ranks": [
+            {"loss": _stage_dict({"l": names}, {names[1]})["l"]},
+            {"loss": _stage_dict({"l": names}, {names[0]})["l"]},
+        ],
+        "global": {},
+    }
+    loss = compare_stages(rec, rep, True)["loss"]
+    assert (loss["rank"], loss["mini_batch"]) == (1, 0)
+    assert loss["where"] == "rank 1 mini-batch 0 micro-batch 0"
+    assert loss["differing"] == 2
+
+
+def test_mini_batch_names_round_trip():
+    from areal_debug.stages.names import mini_batch_name, split_mini_batch
+
+    assert mini_batch_name(3, "model.embed.weight") == "mini-batch 3 model.embed.weight"
+    assert split_mini_batch("mini-batch 3 model.embed.weight") == (
+        3,
+        "model.embed.weight",
+    )
+    assert split_mini_batch("mini-batch 0 micro-batch 1") == (0, "micro-batch 1")
+    for name in (
+        "model.embed.weight",
+        "mini-batch x w",
+        "mini-batch 1",
+        "trajectory 0",
+    ):
+        assert split_mini_batch(name) == (None, name)
+
+
+def _old_shaped(stages: dict) -> dict:
+    """``stages`` as the previous version recorded them: the weights once per step,
+    after the update, by parameter name, and no ``weights_per_mini_batch``."""
+    old = json.loads(json.dumps(stages))
+    del old["weights_per_mini_batch"]
+    weights = old["global"]["weights"]
+    last = max(int(n.split()[1]) for n in weights)
+    old["global"]["weights"] = {
+        n.split(" ", 2)[2]: v for n, v in weights.items() if int(n.split()[1]) == last
+    }
+    return old
+
+
+def test_a_recording_with_the_weights_once_per_step_still_compares(tmp_path):
+    import os
+
+    from test_store import manifest, traj
+
+    from areal_debug.recording.format import step_dirname
+    from areal_debug.recording.reader import RecordingReader
+    from areal_debug.recording.writer import RecordingWriter, write_manifest
+
+    # A stages.json exactly as the previous version wrote it.
+    recorded_new = probed_step(FakeActor())
+    old = _old_shaped(recorded_new)
+    assert sorted(old["global"]["weights"]) == ["bias", "weight"]
+    path = str(tmp_path / "rec")
+    write_manifest(path, manifest())
+    writer = RecordingWriter(path, shard=0, num_shards=1, steps_per_epoch=10)
+    writer.submit_batch(0, [traj(0)])
+    writer.close()
+    with open(os.path.join(path, step_dirname(0), STAGES_FILE), "w") as f:
+        json.dump({"global_step": 0, **old, "digest_seconds": [0.001]}, f)
+    recorded, tensors = RecordingReader(path).recorded_stages(0)
+    assert tensors is None and "weights_per_mini_batch" not in recorded
+
+    # The same training: every stage identical, the weights after the update.
+    same = compare_stages(recorded, probed_step(FakeActor()), True)
+    assert {r["status"] for r in same.values()} == {"identical"}
+    assert same["weights"]["compared"] == 2
+    assert "once per step" in same["weights"]["after_update"]
+    # A changed learning rate: the loss of mini-batch 1 is the first stage both
+    # have that differs; the weights (after the whole update) come after it.
+    stages = compare_stages(recorded, probed_step(FakeActor(lr=0.2)), True)
+    assert stages["weights"]["where"] == "weight"
+    assert "mini_batch" not in stages["weights"]
+    first = _report(stages)["first_divergence"]
+    assert (first["stage"], first["mini_batch"]) == ("loss", 1)
+    line = describe(0, stages)
+    assert "weights after the update differ in 2 of 2 parameters, first weight" in line
+    assert line.index("loss differs") < line.index("weights after the update")
+    # Only the weights differ: located at them, after every mini-batch.
+    weights_only = json.loads(json.dumps(recorded))
+    weights_only["global"]["weights"]["bias"][0] = "0" * 32
+    stages = compare_stages(weights_only, probed_step(FakeActor()), True)
+    first = _report(stages)["first_divergence"]
+    assert (first["stage"], first["where"]) == ("weights", "bias")
+
+
+# -- real AReaL runs: a changed learning rate, one and two mini-batches ---------------
+# The learning rate of the replays (the recordings train at tiny_fake.yaml's 1e-3).
+CHANGED_LR = "actor.optimizer.lr=2.0e-3"
+
+
+def assert_located_at_mini_batch_0s_weights(report: dict, log: str) -> dict:
+    staged = report["first_divergence"]
+    assert (staged["step"], staged["stage"], staged["mini_batch"]) == (0, "weights", 0)
+    assert staged["where"].startswith("mini-batch 0 ")
+    step0 = report["steps"][0]["stages"]
+    assert step0["logp"]["status"] == step0["advantages"]["status"] == "identical"
+    assert f"First divergent stage: weights at step 0 ({staged['where']})." in log
+    return step0
+
+
+@pytest.mark.areal
+@pytest.mark.spmd_recordings
+def test_a_changed_learning_rate_is_located_at_the_first_mini_batchs_weights(spmd_d1):
+    # spmd_d1 trains two mini-batches a step (tiny_fake.yaml): the loss of
+    # mini-batch 1 differs too, after the weights of mini-batch 0 did (issue #30).
+    from support.harness import replay_report, run_torchrun
+
+    run = run_torchrun(
+        str(spmd_d1.workdir),
+        "lr",
+        1,
+        [
+            *spmd_d1.train_overrides,
+            "debug.replay_rollout_data=true",
+            "debug.replay_trial_name=lr",
+            "total_train_steps=1",
+            CHANGED_LR,
+        ],
+    )
+    assert run.returncode == 0, run.log[-3000:]
+    report = replay_report(str(spmd_d1.workdir), trial="lr")
+    step0 = assert_located_at_mini_batch_0s_weights(report, run.log)
+    assert step0["loss"]["mini_batch"] == step0["grads"]["mini_batch"] == 1
+    assert step0["loss"]["where"].startswith("mini-batch 1 micro-batch ")
+
+
+@pytest.mark.areal
+def test_a_changed_learning_rate_with_one_mini_batch_is_located_at_its_weights(
+    workdir,
+):
+    from support.harness import replay_report, run_torchrun
+
+    # A recording of its own: the shared ones train two mini-batches a step.
+    one = ["actor.ppo_n_minibatches=1", "total_train_steps=1"]
+    dump = run_torchrun(str(workdir), "dump", 1, [*one, "debug.dump_rollout_data=true"])
+    assert dump.returncode == 0, dump.log[-3000:]
+    run = run_torchrun(
+        str(workdir), "replay", 1, [*one, "debug.replay_rollout_data=true", CHANGED_LR]
+    )
+    assert run.returncode == 0, run.log[-3000:]
+    step0 = assert_located_at_mini_batch_0s_weights(
+        replay_report(str(workdir)), run.log
+    )
+    assert step0["loss"]["status"] == step0["grads"]["status"] == "identical"

@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal_debug.stages.names import STAGES
+from areal_debug.stages.names import step_order
 
 REPORT_NAME = "replay_report.json"
 
@@ -59,7 +59,7 @@ class StepComparison:
     status: str
     metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
-    # Stage by stage (stage_comparison.compare_stages), in the order the step runs.
+    # Stage by stage (stages.comparison.compare_stages), keyed by stage.
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -76,10 +76,11 @@ class StepComparison:
         )
 
     def first_stage(self) -> dict[str, Any] | None:
-        """The earliest stage that differs, and where; the committed statistics
-        (``stats``) when no digested stage does but a metric diverged."""
-        for stage in STAGES:  # step order, whatever order the JSON keys came in
-            result = self.stages.get(stage, {})
+        """The earliest stage that differs, and where (the update mini-batch by
+        mini-batch, ``step_order``); the committed statistics (``stats``) when no
+        digested stage does but a metric diverged."""
+        for stage in step_order(self.stages):  # whatever order the JSON keys came in
+            result = self.stages[stage]
             if result.get("status") == "differs":
                 return {"step": self.global_step, "stage": stage, **result}
         worst = self.worst_metric()

@@ -4,9 +4,16 @@
 Both sides are the merged form ``stage_digest.merge_global`` writes: per-rank
 stages (log-probs, advantages, losses) compared rank by rank when the layout is
 the same, global stages (gradients, weights) compared parameter by parameter
-on any layout. Stages are walked in the order a PPO step runs them; the first
-one with a differing digest is the step's divergent stage, and ``where`` names
-the first trajectory, micro-batch or parameter in it that differs.
+on any layout. Stages are walked in the order a PPO step runs them, the update
+mini-batch by mini-batch (``names.step_order``: the loss, gradients and weights
+of mini-batch 0, then of mini-batch 1, ...); the first one with a differing
+digest is the step's divergent stage, ``where`` names the first trajectory,
+micro-batch or parameter in it that differs and ``mini_batch`` the mini-batch of
+an update stage's.
+
+A recording made before the weights were digested per mini-batch has them once,
+after the update (no ``WEIGHTS_PER_MINI_BATCH`` in its stages.json): its weights
+are compared with the replay's after its last mini-batch, the same tensors.
 """
 
 from __future__ import annotations
@@ -15,7 +22,15 @@ from typing import Any
 
 import torch
 
-from areal_debug.stages.names import GLOBAL_STAGES, STAGES, StageTensorKey
+from areal_debug.stages.names import (
+    GLOBAL_STAGES,
+    STAGES,
+    UPDATE_STAGES,
+    WEIGHTS_PER_MINI_BATCH,
+    StageTensorKey,
+    split_mini_batch,
+    step_order,
+)
 
 IDENTICAL, DIFFERS = "identical", "differs"
 
@@ -38,7 +53,10 @@ def compare_stages(
             rep = replayed.get("global", {}).get(stage)
             if rec is None and rep is None:
                 continue
-            out[stage] = _compare_entries(stage, rec or {}, rep or {})
+            rec, rep, after_update = _in_common(stage, recorded, replayed, rec, rep)
+            out[stage] = _compare_entries(stage, rec, rep)
+            if after_update:
+                out[stage]["after_update"] = after_update
             continue
         rec_ranks = [r.get(stage) for r in recorded.get("ranks", [])]
         rep_ranks = [r.get(stage) for r in replayed.get("ranks", [])]
@@ -57,29 +75,67 @@ def compare_stages(
     return out
 
 
+# The reason given when the weights are compared after the update only.
+_ONCE_PER_STEP = "the {} digested the weights once per step, after the update"
+
+
+def _in_common(stage: str, recorded, replayed, rec, rep) -> tuple[dict, dict, str]:
+    """A global stage's entries of both sides in the form both have: the weights
+    per mini-batch, or after the update (the last mini-batch's, by parameter)
+    when one side is a recording made before they were digested per mini-batch;
+    then why."""
+    rec, rep = rec or {}, rep or {}
+    if stage != "weights":
+        return rec, rep, ""
+    rec_per = bool(recorded.get(WEIGHTS_PER_MINI_BATCH))
+    rep_per = bool(replayed.get(WEIGHTS_PER_MINI_BATCH))
+    if rec_per == rep_per:
+        return rec, rep, ""
+    if rec_per:
+        return _after_update(rec), rep, _ONCE_PER_STEP.format("replay")
+    return rec, _after_update(rep), _ONCE_PER_STEP.format("recording")
+
+
+def _after_update(entries: dict[str, list]) -> dict[str, list]:
+    """Per-mini-batch weights as one digest per parameter: the last mini-batch's."""
+    named = [(split_mini_batch(name), value) for name, value in entries.items()]
+    last = max((mb for (mb, _), _ in named if mb is not None), default=None)
+    return {rest: value for (mb, rest), value in named if mb == last}
+
+
 def _compare_ranks(stage, rec_ranks, rep_ranks, rec_t, rep_t) -> dict[str, Any]:
     result: dict[str, Any] = {"status": IDENTICAL, "compared": 0, "differing": 0}
+    differing = []
     for rank, (rec, rep) in enumerate(zip(rec_ranks, rep_ranks)):
         part = _compare_entries(stage, rec or {}, rep or {})
         result["compared"] += part["compared"]
         result["differing"] += part["differing"]
-        if part["status"] != IDENTICAL and result["status"] == IDENTICAL:
-            result["status"] = part["status"]
-            result["rank"] = rank
-            first = part["where"]
-            result["where"] = f"rank {rank} {first}" if len(rec_ranks) > 1 else first
-            for key in ("recorded", "replayed", "abs_diff"):
-                if key in part:
-                    result[key] = part[key]
-            diff = _tensor_difference(stage, first, rank, rec_t, rep_t)
-            if diff:
-                result.update(diff)
+        if part["status"] != IDENTICAL:
+            differing.append((part.get("mini_batch", -1), rank, part))
+    if not differing:
+        return result
+    # The rank that differs first in the step: the earliest mini-batch, then rank.
+    _, rank, part = min(differing, key=lambda d: d[:2])
+    result["status"] = part["status"]
+    result["rank"] = rank
+    first = part["where"]
+    result["where"] = f"rank {rank} {first}" if len(rec_ranks) > 1 else first
+    for key in ("mini_batch", "missing_in", "recorded", "replayed", "abs_diff"):
+        if key in part:
+            result[key] = part[key]
+    diff = _tensor_difference(stage, first, rank, rec_t, rep_t)
+    if diff:
+        result.update(diff)
     return result
 
 
 def _compare_entries(stage: str, rec: dict, rep: dict) -> dict[str, Any]:
     result: dict[str, Any] = {"status": IDENTICAL, "compared": 0, "differing": 0}
-    for name in list(rec) + [n for n in rep if n not in rec]:
+    names = list(rec) + [n for n in rep if n not in rec]
+    if stage in UPDATE_STAGES:
+        # Mini-batch by mini-batch, as the step runs (a name only one side has too).
+        names.sort(key=lambda n: _mini_batch_or(n, -1))
+    for name in names:
         result["compared"] += 1
         a, b = rec.get(name), rep.get(name)
         if a is not None and b is not None and a[0] == b[0]:
@@ -89,6 +145,9 @@ def _compare_entries(stage: str, rec: dict, rep: dict) -> dict[str, Any]:
             continue
         result["status"] = DIFFERS
         result["where"] = name
+        mini_batch = _mini_batch_or(name, None) if stage in UPDATE_STAGES else None
+        if mini_batch is not None:
+            result["mini_batch"] = mini_batch
         if a is None or b is None:
             result["missing_in"] = "replay" if b is None else "recording"
         elif a[1] is not None and b[1] is not None:
@@ -120,17 +179,24 @@ def _tensor_difference(stage, name, rank, rec_t, rep_t) -> dict[str, Any]:
     }
 
 
+def _mini_batch_or(name: str, default):
+    mini_batch, _ = split_mini_batch(name)
+    return default if mini_batch is None else mini_batch
+
+
 def first_divergent_stage(stages: dict[str, dict[str, Any]]) -> str | None:
-    for stage in STAGES:
-        if stages.get(stage, {}).get("status") == DIFFERS:
+    """The stage the step first differs in (``step_order``), or None."""
+    for stage in step_order(stages):
+        if stages[stage].get("status") == DIFFERS:
             return stage
     return None
 
 
 def describe(step: int, stages: dict[str, dict[str, Any]]) -> str:
-    """One line: what matched, and where each differing stage first differs."""
+    """One line, in the order the step reaches them (``step_order``): what
+    matched, and where each differing stage first differs."""
     parts = []
-    for stage in (s for s in STAGES if s in stages):
+    for stage in step_order(stages):
         r = stages[stage]
         status = r["status"]
         if status == IDENTICAL:
@@ -143,10 +209,15 @@ def describe(step: int, stages: dict[str, dict[str, Any]]) -> str:
                 + _by(r, "norm")
                 + f" ({r['differing']} of {r['compared']} gradients differ)"
             )
+        elif stage == "weights" and r.get("after_update"):
+            parts.append(
+                f"weights after the update differ in {r['differing']} of "
+                f"{r['compared']} parameters, first {r['where']} ({r['after_update']})"
+            )
         elif stage == "weights":
             parts.append(
-                f"weights differ in {r['differing']} of {r['compared']} parameters, "
-                f"first {r['where']}"
+                f"weights differ first at {r['where']} ({r['differing']} of "
+                f"{r['compared']} parameter digests after a mini-batch differ)"
             )
         else:
             where = r["where"]

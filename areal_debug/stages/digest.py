@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from areal_debug.stages.names import GLOBAL_STAGES
+from areal_debug.stages.names import GLOBAL_STAGES, WEIGHTS_PER_MINI_BATCH
 
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 # Elements digested per pass: bounds the int64 temporaries (128 MiB each).
@@ -242,8 +242,9 @@ def merge_global(
 ) -> dict[str, Any]:
     """Rank logs in, the recorded form out: per-rank stages kept per rank, global
     stages summed over ranks (the shards of one tensor) into one digest each;
-    ``seconds`` each rank spent digesting, when given."""
-    merged: dict[str, Any] = {"ranks": [], "global": {}}
+    ``seconds`` each rank spent digesting, when given. Marked
+    ``WEIGHTS_PER_MINI_BATCH``: the probes digest the weights per mini-batch."""
+    merged: dict[str, Any] = {"ranks": [], "global": {}, WEIGHTS_PER_MINI_BATCH: True}
     if seconds is not None:
         merged["digest_seconds"] = [float(s) for s in seconds]
     sums: dict[str, dict[str, list]] = {}

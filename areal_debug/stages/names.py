@@ -4,7 +4,9 @@ reports, configs and the CLI read these)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 # The order a PPO step runs its stages in; "stats" are the committed statistics.
 STAGES = (
@@ -22,10 +24,20 @@ TOKEN_STAGES = ("logp", "ref_logp", "values", "advantages")
 # Stages whose digests are summed over data-parallel ranks (one global value per
 # parameter); the others are per rank (each rank's own trajectories and micro-batches).
 GLOBAL_STAGES = ("grads", "weights")
+# The stages of the update, run once per mini-batch (its micro-batches' losses, its
+# gradients, the weights after its optimizer step): a step walks them mini-batch by
+# mini-batch, each in this order.
+UPDATE_STAGES = ("loss", "grads", "weights")
+# stages.json's marker (docs/format.md): the weights are digested after each
+# mini-batch's optimizer step ("mini-batch M <parameter>"). Absent in recordings
+# made before: one digest per parameter after the whole update ("<parameter>").
+WEIGHTS_PER_MINI_BATCH = "weights_per_mini_batch"
 # What a stage tensor key starts with, before its rank.
 _RANK = "rank "
 # What a per-trajectory stage's entry name starts with, before its index.
 _TRAJECTORY = "trajectory "
+# What an update stage's entry name starts with, before its mini-batch.
+_MINI_BATCH = "mini-batch "
 
 
 def trajectory_name(index: int) -> str:
@@ -37,6 +49,45 @@ def trajectory_index(name: str) -> int | None:
     """``trajectory_name`` undone; None for another entry name."""
     index = name.removeprefix(_TRAJECTORY)
     return int(index) if index != name and index.isdigit() else None
+
+
+def step_order(stages: dict[str, dict[str, Any]]) -> list[str]:
+    """The compared stages (``compare_stages``' results) in the order the step
+    reaches them, so that the first one that differs is where the step first
+    differs: the stages before the update in ``STAGES`` order, then the update
+    mini-batch by mini-batch (the loss, gradients and weights of mini-batch 0,
+    then of mini-batch 1, ...), each update stage at the mini-batch of its first
+    difference (``"mini_batch"``; 0 when it has none) and weights compared only
+    after the whole update (``"after_update"``, an older recording) after every
+    mini-batch."""
+
+    def position(stage: str) -> tuple[int, float, int]:
+        if stage not in UPDATE_STAGES:
+            return STAGES.index(stage), 0, 0
+        result = stages[stage]
+        mini_batch = result.get("mini_batch")
+        if mini_batch is None:
+            mini_batch = math.inf if result.get("after_update") else 0
+        return STAGES.index(UPDATE_STAGES[0]), mini_batch, UPDATE_STAGES.index(stage)
+
+    return sorted((s for s in STAGES if s in stages), key=position)
+
+
+def mini_batch_name(mini_batch: int, rest: str) -> str:
+    """An update stage's entry name: ``"mini-batch M <rest>"`` (``rest`` a
+    micro-batch or a parameter)."""
+    return f"{_MINI_BATCH}{mini_batch} {rest}"
+
+
+def split_mini_batch(name: str) -> tuple[int | None, str]:
+    """``mini_batch_name`` undone: ``(M, rest)``; ``(None, name)`` for a name
+    without a mini-batch (a trajectory, a weight of an older recording)."""
+    if not name.startswith(_MINI_BATCH):
+        return None, name
+    head, sep, rest = name.removeprefix(_MINI_BATCH).partition(" ")
+    if not (sep and rest and head.isascii() and head.isdigit()):
+        return None, name
+    return int(head), rest
 
 
 class StageKeyError(ValueError):

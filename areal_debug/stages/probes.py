@@ -5,9 +5,9 @@ Installed on the engines where they train, the same way in dump and replay: in
 the training process (SPMD mode) or in each RPC worker's engine
 (single-controller mode, ``probed_engines``). Digested: the log-probs the actor
 recomputes, the reference log-probs and critic values, the advantages and
-returns, each micro-batch's loss, each parameter's gradient before clipping
-(per mini-batch, with its norm) and the weights after the update. ``take()``
-hands over one step's ``StageRecord``.
+returns, and per mini-batch: each micro-batch's loss, each parameter's gradient
+before clipping (with its norm) and the weights after the mini-batch's optimizer
+step. ``take()`` hands over one step's ``StageRecord``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from areal.utils import logging
 
 from areal_debug import areal_compat
 from areal_debug.stages.digest import StageLog
-from areal_debug.stages.names import trajectory_name
+from areal_debug.stages.names import mini_batch_name, trajectory_name
 from areal_debug.stages.record import StageRecord
 from areal_debug.stages.recorded_ref_logp import RecordedRefLogp
 
@@ -132,9 +132,6 @@ class StageProbes:
     def _probe_optimizer_step(self, role: str, engine) -> Callable:
         return lambda step: self._optimizer_step(engine, step)
 
-    def _probe_ppo_update(self, role: str, engine) -> Callable:
-        return lambda update: self._ppo_update(engine, update)
-
     # -- the wrappers --------------------------------------------------------------
     def _per_trajectory(self, stage: str) -> Callable[[Callable], Callable]:
         def make(compute: Callable) -> Callable:
@@ -181,36 +178,39 @@ class StageProbes:
         def digested(*args, **kwargs):
             loss = loss_fn(*args, **kwargs)
             micro = self.log.next_index(f"micro-batch of {mb}")
-            name = f"mini-batch {mb} micro-batch {micro}"
+            name = mini_batch_name(mb, f"micro-batch {micro}")
             self._digest("loss", lambda: self.log.add("loss", name, loss, value=True))
             return loss
 
         return digested
 
     def _optimizer_step(self, actor, step: Callable) -> Callable:
+        """Once per mini-batch (train_batch's last call): the gradients before it
+        clips them, the weights after its step, both named by the mini-batch."""
+
         def digested(*args, **kwargs):
             mb = self.log.counters.get("mini-batch", 1) - 1
             self._digest("grads", lambda: self._add_grads(actor, mb))
-            return step(*args, **kwargs)
-
-        return digested
-
-    def _ppo_update(self, actor, update: Callable) -> Callable:
-        def digested(*args, **kwargs):
-            out = update(*args, **kwargs)
-            params = areal_compat.engine_named_parameters
-            self._digest("weights", lambda: self._add_shards("weights", params(actor)))
+            out = step(*args, **kwargs)
+            self._digest("weights", lambda: self._add_weights(actor, mb))
             return out
 
         return digested
 
     def _add_grads(self, actor, mb: int) -> None:
         grads = [
-            (f"mini-batch {mb} {name}", param.grad)
+            (mini_batch_name(mb, name), param.grad)
             for name, param in areal_compat.engine_named_parameters(actor)
             if param.grad is not None
         ]
         self._add_shards("grads", grads, norm=True)
+
+    def _add_weights(self, actor, mb: int) -> None:
+        weights = [
+            (mini_batch_name(mb, name), param)
+            for name, param in areal_compat.engine_named_parameters(actor)
+        ]
+        self._add_shards("weights", weights)
 
     def _add_shards(self, stage: str, named: list, norm: bool = False) -> None:
         items = []
