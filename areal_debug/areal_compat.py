@@ -708,6 +708,34 @@ def allocation_train_dp_size(alloc: str) -> int:
     return parse_allocation(alloc).train.dp_size
 
 
+# AReaL reads a training layout in two places that never meet: its SPMD launchers
+# start ``_AllocationMode.from_str(config.allocation_mode).train.world_size`` trainer
+# processes (infra/launcher/local.py:295 and :383 in 1.0.4, :296 and :387 in 2.0.0;
+# ray.py and slurm.py likewise), while PPOTrainer.__init__ builds each training
+# engine from its own ``<key>.backend`` alone (trainer/rl_trainer.py: actor :132,
+# critic :174-175, ref :180, teacher.train :192-193, the same lines in 1.0.4 and
+# 2.0.0), never reading allocation_mode. The training engines, by config key:
+TRAIN_ENGINE_KEYS = ("actor", "critic", "ref", "teacher.train")
+
+
+def same_model_allocation(a: str, b: str) -> bool:
+    """Whether two one-engine specs (``fsdp:d2``, ``fsdp[actor]:d2p1t1``,
+    ``megatron:d2p2t1``) name the same backend and parallelism, read as PPOTrainer
+    reads ``*.backend``: areal/api/alloc_mode.py ModelAllocation.from_str (:286)
+    and ParallelStrategy.parallelism_eq (:180; Megatron's :242), the same in 1.0.4
+    and 2.0.0. Names are ignored; raises what AReaL raises on a bad spec."""
+    from areal.api.alloc_mode import ModelAllocation
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        x, y = ModelAllocation.from_str(a), ModelAllocation.from_str(b)
+    return (
+        x.backend == y.backend
+        and type(x.parallel) is type(y.parallel)
+        and type(x.parallel).parallelism_eq(x.parallel, y.parallel)
+    )
+
+
 # -- config loading without side effects -----------------------------------------------
 def compose_config(args: list[str], config_cls):
     """What AReaL's ``load_expr_config`` builds from ``args`` (``--config`` and

@@ -8,7 +8,14 @@ import os
 from dataclasses import dataclass, field
 
 from areal.api.cli_args import GRPOConfig, PPOConfig
+from omegaconf import OmegaConf
 
+from areal_debug.backend_agreement import (
+    agree_with_allocation,
+    hydra_override,
+    override_key,
+)
+from areal_debug.logs import get_logger
 from areal_debug.recording.anomaly import parse_threshold
 from areal_debug.recording.format import (
     DEFAULT_ZSTD_LEVEL,
@@ -24,6 +31,8 @@ from areal_debug.stages.names import TOKEN_STAGES
 # which lives under <log dir>/rollout/<version>/.
 RECORDING_DIRNAME = "areal_debug_recording"
 REPLAY_TRIAL_SUFFIX = "_replay"
+
+logger = get_logger("DebugConfig")
 
 
 @dataclass
@@ -200,7 +209,7 @@ class DebugConfig:
             "help": "Dump and replay: digest each stage of every PPO step as it runs "
             "(recomputed log-probs, reference log-probs, values, advantages, each "
             "micro-batch's loss, each parameter's gradient before clipping, the "
-            "weights after the update): exact 16-byte digests computed on the "
+            "weights after every mini-batch's optimizer step): exact 16-byte digests computed on the "
             "device. The replay then reports the first stage, and where in it, "
             "that differs from the recording, and calls a step bitwise only if "
             "the weights match too. SPMD and single-controller mode (FSDP engines)."
@@ -500,6 +509,30 @@ def compose_with_debug_overrides(compose, argv: list[str]):
             raise first from None
 
 
+def agree_argv_with_allocation(argv: list[str]) -> list[str]:
+    """``argv`` with the overrides that make the training engines' backends agree
+    with allocation_mode (each change logged); AllocationConflictError where
+    they cannot. For load_expr_config: single-controller runs, and SPMD runs not
+    started by areal-debug's launchers (which have done this already)."""
+    from areal.api.cli_args import parse_cli_args
+
+    try:
+        cfg, composed = compose_with_debug_overrides(
+            lambda args: parse_cli_args(args)[0], argv
+        )
+    except Exception:  # noqa: BLE001 - AReaL's own load then says what is wrong
+        return argv
+    before = str(OmegaConf.select(cfg, "allocation_mode", default="") or "").strip()
+    agreement = agree_with_allocation(cfg, composed, before)
+    for note in agreement.notes:
+        logger.info(note)
+    extra = [hydra_override(k, v) for k, v in agreement.backends.items()]
+    if agreement.allocation != before:
+        argv = [a for a in argv if override_key(a) != "allocation_mode"]
+        extra.append(hydra_override("allocation_mode", agreement.allocation))
+    return [*argv, *extra]
+
+
 def load_expr_config(argv: list[str], config_cls=DebugPPOConfig):
     """AReaL's ``load_expr_config`` for any experiment config class, with a ``debug:``
     section and ``debug.*`` overrides whether or not the YAML declares them.
@@ -507,13 +540,16 @@ def load_expr_config(argv: list[str], config_cls=DebugPPOConfig):
     Returns ``(config, config_file)`` as AReaL's does. ``config`` is an instance
     of ``config_cls`` (``GRPOConfig``, the script's own subclass...) with the
     section at ``config.debug``; a class that declares ``debug`` (the
-    ``DebugSection`` mixin, ``DebugPPOConfig``) is loaded as it is.
+    ``DebugSection`` mixin, ``DebugPPOConfig``) is loaded as it is. A given
+    ``allocation_mode`` sets every training engine's backend
+    (``agree_argv_with_allocation``).
     """
     from areal.api.cli_args import load_expr_config as areal_load_expr_config
 
     parse_cls = (
         config_cls if has_debug_section(config_cls) else _parsing_class(config_cls)
     )
+    argv = agree_argv_with_allocation(list(argv))
     (parsed, config_file), _ = compose_with_debug_overrides(
         lambda args: areal_load_expr_config(args, parse_cls), argv
     )

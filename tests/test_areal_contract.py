@@ -12,6 +12,7 @@ import ast
 import importlib
 import inspect
 import os
+import re
 import textwrap
 from collections.abc import Callable
 
@@ -674,6 +675,39 @@ def _():
     assert areal_compat.allocation_train_world_size("fsdp:d4t2") == 8
     with pytest.raises(Exception):  # noqa: B017 - AReaL raises several types
         areal_compat.parse_allocation("fsdp:d2p2")
+
+
+@check(
+    "TRAIN_ENGINE_KEYS: PPOTrainer builds each training engine from its own "
+    "<key>.backend, the launchers start allocation_mode's training world size"
+)
+def _():
+    from areal.infra.launcher import local
+    from areal.trainer.rl_trainer import PPOTrainer
+
+    init = source(PPOTrainer.__init__)
+    for key in areal_compat.TRAIN_ENGINE_KEYS:
+        assert f"config.{key}.backend" in init, key
+    # Every engine PPOTrainer parses a backend of is one areal-debug sets (the
+    # rollout and the teacher served for inference are not training engines).
+    parsed = set(re.findall(r"config\.([\w.]+)\.backend", init))
+    assert parsed == {*areal_compat.TRAIN_ENGINE_KEYS, "rollout", "teacher.rollout"}
+    # The trainer never reads allocation_mode: nothing in AReaL reconciles them.
+    assert "allocation_mode" not in source(PPOTrainer)
+    main = source(local.local_main)
+    assert "_AllocationMode.from_str(config.allocation_mode)" in main
+    assert "nprocs = alloc_mode.train.world_size" in main
+
+
+@check("ModelAllocation.from_str + parallelism_eq (same_model_allocation)")
+def _():
+    same = areal_compat.same_model_allocation
+    assert same("fsdp:d2p1t1", "fsdp:d2") and same("fsdp[actor]:d2", "fsdp:d2")
+    assert same("megatron:d2p2t1", "megatron:p2d2")
+    assert not same("fsdp:d2", "fsdp:d4") and not same("fsdp:d2", "fsdp:d1t2")
+    assert not same("fsdp:d2", "archon:d2")
+    with pytest.raises(Exception):  # noqa: B017 - AReaL raises several types
+        same("fsdp:d2p2", "fsdp:d2")
 
 
 @check("cli_args.parse_cli_args + to_structured_cfg (compose_config, doctor)")

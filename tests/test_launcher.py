@@ -1,9 +1,20 @@
 # SPDX-License-Identifier: Apache-2.0
 """areal_debug.launcher.local: allocation rewriting, the CPU fixes, and real runs."""
 
-import pytest
-from support.harness import FAKE_CONFIG, FAKE_SCRIPT, run_launcher
+import sys
 
+import pytest
+from omegaconf import OmegaConf
+from support.harness import (
+    FAKE_CONFIG,
+    FAKE_SCRIPT,
+    recording_dir,
+    replay_report,
+    run_launcher,
+    run_logged,
+)
+
+from areal_debug.backend_agreement import AllocationConflictError, agree_with_allocation
 from areal_debug.launcher.allocation import AllocationError, training_allocation
 from areal_debug.launcher.local import CpuSafeLocalLauncher, plan_launch
 
@@ -128,6 +139,228 @@ def test_running_servers_are_passed_on_and_none_started(monkeypatch):
     assert any("no server is started" in n for n in plan.notes)
 
 
+# -- allocation_mode and the training engines' backends agree -----------------------
+
+
+def engines_config(**backends):
+    """A composed config's training engines (critic follows the actor's backend,
+    as AReaL's gsm8k_ppo.yaml writes it); ``backends`` replace the YAML's."""
+    cfg = {
+        "allocation_mode": "sglang:d1+fsdp:d1",
+        "actor": {"backend": "fsdp:d1"},
+        "critic": {"backend": "${actor.backend}"},
+        "ref": {"backend": "fsdp:d1"},
+        "teacher": {"engine_type": "train", "train": {"backend": "fsdp:d1"}},
+    }
+    for key, value in backends.items():
+        cfg[key]["backend"] = value
+    return OmegaConf.create(cfg)
+
+
+def test_a_given_allocation_rewrites_the_yaml_backends_in_one_note():
+    cfg = engines_config()
+    agreement = agree_with_allocation(
+        cfg, ["--config", "x.yaml", "allocation_mode=fsdp:d2"], "fsdp:d2"
+    )
+    # The critic follows the actor by interpolation; the others are set.
+    assert agreement.backends == {
+        "actor.backend": "fsdp:d2",
+        "ref.backend": "fsdp:d2",
+        "teacher.train.backend": "fsdp:d2",
+    }
+    assert agreement.allocation == "fsdp:d2"
+    (note,) = agreement.notes
+    assert note == (
+        "allocation_mode=fsdp:d2 (command line) sets the training engines' layout, "
+        "replacing the YAML's: actor.backend fsdp:d1 -> fsdp:d2, ref.backend "
+        "fsdp:d1 -> fsdp:d2, teacher.train.backend fsdp:d1 -> fsdp:d2."
+    )
+    assert cfg.actor.backend == "fsdp:d1"  # the caller's config is not changed
+    # A teacher served for inference has no training side to set.
+    cfg.teacher.engine_type = "rollout"
+    assert (
+        "teacher.train.backend"
+        not in agree_with_allocation(cfg, [], "fsdp:d2").backends
+    )
+
+
+def test_nothing_to_do_when_backends_and_allocation_agree():
+    # The same layout in another spelling agrees; so does no allocation at all.
+    for alloc in ("sglang:d1+fsdp:d1", "fsdp:d1p1t1", "sglang:d4"):
+        agreement = agree_with_allocation(engines_config(), [], alloc)
+        assert (agreement.backends, agreement.notes) == ({}, []), alloc
+    assert agree_with_allocation(engines_config(), [], "").allocation == ""
+    cli = ["actor.backend=fsdp:d2", "allocation_mode=fsdp:d2p1t1"]
+    agreement = agree_with_allocation(
+        engines_config(actor="fsdp:d2"), cli, "fsdp:d2p1t1"
+    )
+    assert agreement.backends == {
+        "ref.backend": "fsdp:d2p1t1",
+        "teacher.train.backend": "fsdp:d2p1t1",
+    }
+
+
+def test_a_command_line_backend_against_a_command_line_allocation_is_refused():
+    cli = ["actor.backend=fsdp:d2", "allocation_mode=sglang:d1+fsdp:d4"]
+    with pytest.raises(AllocationConflictError) as e:
+        agree_with_allocation(engines_config(actor="fsdp:d2"), cli, "sglang:d1+fsdp:d4")
+    message = str(e.value)
+    # What is wrong (both keys), why, what to do.
+    assert message.startswith(
+        "actor.backend=fsdp:d2 and allocation_mode=sglang:d1+fsdp:d4 (both on the "
+        "command line) ask for different training layouts (fsdp:d2 vs fsdp:d4)."
+    )
+    assert "device mesh" in message
+    assert "Drop actor.backend=fsdp:d2" in message
+    assert message.endswith("allocation_mode=sglang:d1+fsdp:d2.")
+    # A section set on the command line sets its backend there too.
+    with pytest.raises(AllocationConflictError, match="critic.backend=fsdp:d4"):
+        agree_with_allocation(
+            engines_config(critic="fsdp:d4"),
+            ["++critic={backend: fsdp:d4}", "allocation_mode=fsdp:d2"],
+            "fsdp:d2",
+        )
+
+
+def test_a_command_line_backend_sets_the_yamls_allocation():
+    agreement = agree_with_allocation(
+        engines_config(actor="fsdp:d2"), ["actor.backend=fsdp:d2"]
+    )
+    assert agreement.allocation == "sglang:d1+fsdp:d2"
+    assert agreement.notes[0] == (
+        "actor.backend=fsdp:d2 (command line) sets the training part of the YAML's "
+        "allocation_mode: sglang:d1+fsdp:d1 -> sglang:d1+fsdp:d2."
+    )
+    assert agreement.backends == {
+        "ref.backend": "fsdp:d2",
+        "teacher.train.backend": "fsdp:d2",
+    }
+    # Two command-line backends that differ: no one layout to give.
+    cli = ["actor.backend=fsdp:d2", "ref.backend=fsdp:d4"]
+    with pytest.raises(AllocationConflictError) as e:
+        agree_with_allocation(engines_config(actor="fsdp:d2", ref="fsdp:d4"), cli)
+    assert str(e.value).startswith(
+        "actor.backend=fsdp:d2 and ref.backend=fsdp:d4 (both on the command line)"
+    )
+
+
+@pytest.mark.parametrize(
+    "alloc,message",
+    [
+        ("fsdp:d2p2", "is not an allocation AReaL accepts: FSDP backend only"),
+        ("sglang[r]:d1+fsdp[a]:d1+fsdp[c]:d1", "has 2 training parts"),
+    ],
+)
+def test_allocations_no_backend_can_follow_are_refused(alloc, message):
+    with pytest.raises(AllocationConflictError, match=message) as e:
+        agree_with_allocation(engines_config(), [], alloc)
+    assert "++allocation_mode=" in str(e.value)
+
+
+def test_the_launchers_set_the_backends_for_their_trainers(monkeypatch):
+    monkeypatch.delenv("AREAL_LLM_SERVER_ADDRS", raising=False)
+    # The issue's command line: the YAML's actor.backend is fsdp:d1.
+    replay = plan_launch(
+        argv("debug.replay_rollout_data=true", "allocation_mode=d2p1t1")
+    )
+    assert replay.config.actor.backend == "fsdp:d2p1t1"
+    assert replay.argv[-2:] == [
+        "++actor.backend=fsdp:d2p1t1",
+        "++allocation_mode=fsdp:d2p1t1",
+    ]
+    changed = [n for n in replay.notes if "actor.backend fsdp:d1 -> fsdp:d2p1t1" in n]
+    assert len(changed) == 1
+    dump = plan_launch(
+        argv("debug.dump_rollout_data=true", "allocation_mode=sglang:d1+fsdp:d2")
+    )
+    assert dump.config.actor.backend == "fsdp:d2"
+    assert "++actor.backend=fsdp:d2" in dump.argv
+    # A named training part reaches the trainers in a form hydra parses.
+    named = plan_launch(
+        argv(
+            "debug.replay_rollout_data=true",
+            "allocation_mode='sglang[r]:d1+fsdp[a]:d2'",
+        )
+    )
+    assert "++allocation_mode='fsdp[a]:d2'" in named.argv
+    assert named.config.actor.backend == "fsdp:d2"
+    from areal_debug.launcher.common import parse_config
+
+    assert parse_config(named.argv)[0].allocation_mode == "fsdp[a]:d2"
+
+
+@pytest.mark.parametrize("kind", ["local", "slurm"])
+def test_a_conflict_exits_2_before_any_process_starts(kind, monkeypatch, capsys):
+    import importlib
+
+    from areal_debug.launcher import common, local
+
+    def no_process(*args, **kwargs):
+        raise AssertionError("a process was started")
+
+    monkeypatch.setattr(common, "run_areal_launcher", no_process)
+    monkeypatch.setattr(local, "run_areal_launcher", no_process)
+    launcher = importlib.import_module(f"areal_debug.launcher.{kind}")
+    args = argv(
+        "debug.replay_rollout_data=true",
+        "actor.backend=fsdp:d2",
+        "allocation_mode=fsdp:d4",
+    )
+    assert launcher.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"areal_debug.launcher.{kind}: actor.backend=fsdp:d2 and allocation_mode=fsdp:d4"
+    )
+
+
+def test_single_controller_configs_follow_the_allocation(monkeypatch, tmp_path):
+    """No launcher in single-controller mode: load_expr_config does it."""
+    from areal.api.cli_args import GRPOConfig
+
+    from areal_debug import load_expr_config
+    from areal_debug.testing import example_config
+
+    monkeypatch.setenv("AREAL_DEBUG_WORKDIR", str(tmp_path))
+    config_file = str(example_config(sc=True))
+    config, _ = load_expr_config(
+        ["--config", config_file, "allocation_mode=sglang:d1+fsdp:d2"], GRPOConfig
+    )
+    assert (config.actor.backend, config.allocation_mode) == (
+        "fsdp:d2",
+        "sglang:d1+fsdp:d2",
+    )
+    config, _ = load_expr_config(
+        ["--config", config_file, "actor.backend=fsdp:d2"], GRPOConfig
+    )
+    assert config.allocation_mode == "sglang:d1+fsdp:d2"
+    with pytest.raises(AllocationConflictError, match="Drop actor.backend=fsdp:d2"):
+        load_expr_config(
+            [
+                "--config",
+                config_file,
+                "actor.backend=fsdp:d2",
+                "allocation_mode=fsdp:d4",
+            ],
+            GRPOConfig,
+        )
+
+
+def test_doctor_reads_the_config_as_the_run_will(monkeypatch, tmp_path):
+    """doctor's config has the backends the run will have, and its conflicts."""
+    from areal_debug.inspect.common import InspectError
+    from areal_debug.inspect.doctor import load_command_config
+    from areal_debug.testing import example_config
+
+    monkeypatch.setenv("AREAL_DEBUG_WORKDIR", str(tmp_path))
+    command = ["python", "train.py", "--config", str(example_config())]
+    config = load_command_config([*command, "allocation_mode=fsdp:d2"])
+    assert config.actor.backend == "fsdp:d2"
+    with pytest.raises(InspectError, match="Drop actor.backend=fsdp:d4"):
+        load_command_config(
+            [*command, "allocation_mode=fsdp:d2", "actor.backend=fsdp:d4"]
+        )
+
+
 def test_deterministic_config_exports_the_environment():
     plan = plan_launch(argv("debug.deterministic=true"))
     assert plan.extra_env["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
@@ -217,6 +450,86 @@ def test_failed_replay_exits_nonzero_with_the_missing_range_visible(spmd_d2):
     assert "++allocation_mode=fsdp:d2p1t1" in command
     assert "lacks steps 3-4" in run.log and "complete steps: 0-2" in run.log
     assert "Trainer failed (exit status 1" in run.log
+
+
+# -- the shipped example at the allocation given (issue #30) ----------------------
+
+
+def launch_example(workdir, name: str, overrides: list[str], server=None):
+    """The mission's command line: examples/rlvr_debug.py on the shipped
+    configs/tiny_cpu.yaml (unchanged) through areal_debug.launcher.local."""
+    from areal_debug.testing import EXAMPLE_SCRIPT, SPMD_CONFIG, run_env
+
+    cmd = [
+        sys.executable,
+        "-m",
+        "areal_debug.launcher.local",
+        str(EXAMPLE_SCRIPT),
+        "--config",
+        str(SPMD_CONFIG),
+        *overrides,
+    ]
+    env = run_env(workdir, server_addr=server)
+    return run_logged(cmd, str(workdir), name, env, 600)
+
+
+@pytest.mark.areal
+@pytest.mark.parametrize(
+    "alloc,layout", [("d2p1t1", "fsdp:d2p1t1"), ("fsdp:d2", "fsdp:d2")]
+)
+def test_shipped_example_replays_one_process_recording_at_the_given_allocation(
+    spmd_d1, alloc, layout
+):
+    trial = "alloc_" + alloc.replace(":", "")
+    rc, log = launch_example(
+        spmd_d1.workdir,
+        f"replay-{trial}",
+        [
+            "debug.replay_rollout_data=true",
+            f"allocation_mode={alloc}",
+            f"debug.path={spmd_d1.path}",
+            f"debug.replay_trial_name={trial}",
+            "total_train_steps=2",
+            *spmd_d1.train_overrides,
+        ],
+    )
+    assert rc == 0, log[-3000:]
+    # The YAML's actor.backend (fsdp:d1) follows the allocation, said once.
+    assert log.count(f"actor.backend fsdp:d1 -> {layout}.") == 1
+    (command,) = started_commands(log)
+    assert "--nproc-per-node 2" in command and f"++actor.backend={layout}" in command
+    assert "Topology changed: recorded in spmd mode (1 shard(s)" in log
+    report = replay_report(str(spmd_d1.workdir), "tinydemo", trial)
+    assert report["summary"]["steps"] == 2
+    topology = report["topology"]
+    assert topology["changed"] is True
+    assert (topology["recorded_train_dp"], topology["replay_train_dp"]) == (1, 2)
+
+
+@pytest.mark.areal
+def test_shipped_example_dumps_at_the_given_allocation(sc_workdir, cpu_server):
+    from areal_debug.recording.reader import RecordingReader
+
+    rc, log = launch_example(
+        sc_workdir,
+        "dump-alloc-d2",
+        [
+            "debug.dump_rollout_data=true",
+            "allocation_mode=sglang:d1+fsdp:d2",
+            "trial_name=alloc_d2",
+            "total_train_steps=2",
+        ],
+        server=cpu_server,
+    )
+    assert rc == 0, log[-3000:]
+    assert log.count("actor.backend fsdp:d1 -> fsdp:d2.") == 1
+    (command,) = started_commands(log)  # the running CPU server, no other
+    assert "--nproc-per-node 2" in command and "++actor.backend=fsdp:d2" in command
+    reader = RecordingReader(recording_dir(str(sc_workdir), "tinydemo", "alloc_d2"))
+    layout = reader.manifest.layout
+    assert (layout.mode, layout.num_shards, layout.training_dp_size) == ("spmd", 2, 2)
+    assert layout.actor_backend == "fsdp:d2"
+    assert reader.available_steps() == [0, 1]
 
 
 # -- Ray and Slurm: AReaL's real entry points, with a launcher that records --------

@@ -120,9 +120,18 @@ def load_command_config(command: list[str]):
     from areal.api.cli_args import GRPOConfig
 
     from areal_debug.areal_compat import compose_config
-    from areal_debug.config import _parsing_class, compose_with_debug_overrides
+    from areal_debug.backend_agreement import AllocationConflictError
+    from areal_debug.config import (
+        _parsing_class,
+        agree_argv_with_allocation,
+        compose_with_debug_overrides,
+    )
 
-    argv = config_argv(command)
+    try:
+        # As the run will: every training engine's backend follows allocation_mode.
+        argv = agree_argv_with_allocation(config_argv(command))
+    except AllocationConflictError as e:
+        raise InspectError(str(e)) from e
     cls = _parsing_class(GRPOConfig)
 
     def compose(args):

@@ -6,19 +6,15 @@ from __future__ import annotations
 import re
 
 from areal_debug.areal_compat import parse_allocation
+from areal_debug.backend_agreement import BARE_DIMS as _BARE_DIMS
+from areal_debug.backend_agreement import TRAIN_BACKENDS
+from areal_debug.backend_agreement import backend_of as _backend_of
 
-TRAIN_BACKENDS = ("fsdp", "megatron", "archon")
 GEN_BACKENDS = ("sglang", "vllm")
-# AReaL 0.x style: parallel dimensions with no backend prefix, e.g. "d4p1t1".
-_BARE_DIMS = re.compile(r"^(?:[dptce]\d+)+$")
 
 
 class AllocationError(ValueError):
     """An allocation_mode a replay cannot run."""
-
-
-def _backend_of(component: str) -> str:
-    return re.split(r"[\[:]", component, maxsplit=1)[0].strip()
 
 
 def _validate(alloc: str, what: str | None = None, hint: str | None = None) -> None:

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """What the areal-debug launchers share: reading the config as AReaL's launchers do,
-and planning a replay (training allocation only, its own trial for launcher logs)."""
+making the training engines' backends agree with allocation_mode, and planning a
+replay (training allocation only, its own trial for launcher logs)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,12 @@ from areal.utils import logging
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from areal_debug import areal_compat
+from areal_debug.backend_agreement import (
+    AllocationConflictError,
+    agree_with_allocation,
+    hydra_override,
+    override_key,
+)
 from areal_debug.config import REPLAY_TRIAL_SUFFIX, compose_with_debug_overrides
 from areal_debug.determinism import DETERMINISM_ENV
 from areal_debug.launcher.allocation import (
@@ -63,8 +70,10 @@ def plan_launch(argv: list[str], resize_cluster: bool = False) -> LaunchPlan:
         # On CPU the launcher's default of several threads per process oversubscribes
         # the cores; the caller's setting is passed on.
         plan.extra_env["OMP_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"]
-    alloc = str(_select(cfg, "allocation_mode", "") or "").strip()
-    if not alloc:
+    alloc = requested = str(_select(cfg, "allocation_mode", "") or "").strip()
+    if alloc:
+        alloc = _agree_backends(cfg, plan, alloc)
+    else:
         alloc = allocation_from_backends(
             _select(cfg, "rollout.backend"), _select(cfg, "actor.backend")
         )
@@ -80,7 +89,7 @@ def plan_launch(argv: list[str], resize_cluster: bool = False) -> LaunchPlan:
     if note:
         plan.notes.append(note)
     plan.notes.append(
-        f"Replay: allocation_mode {alloc!r} -> {train!r}; "
+        f"Replay: allocation_mode {requested or alloc!r} -> {train!r}; "
         "no inference server is started."
     )
     alloc = train
@@ -95,15 +104,31 @@ def plan_launch(argv: list[str], resize_cluster: bool = False) -> LaunchPlan:
     return plan
 
 
+def _agree_backends(cfg: DictConfig, plan: LaunchPlan, alloc: str) -> str:
+    """Every training engine's ``*.backend`` set to allocation_mode's training part,
+    for the launcher and the trainer processes (``backend_agreement.agree_with_allocation``:
+    YAML backends rewritten, one note saying so; a command-line conflict refused).
+    Returns the allocation to launch."""
+    try:
+        agreement = agree_with_allocation(cfg, plan.argv, alloc)
+    except AllocationConflictError as e:
+        raise AllocationError(str(e)) from e
+    plan.notes.extend(agreement.notes)
+    for key, value in agreement.backends.items():
+        OmegaConf.update(cfg, key, value, force_add=True)
+        plan.argv.append(hydra_override(key, value))
+    if agreement.allocation != alloc:
+        _set_allocation(cfg, plan, agreement.allocation)
+    return agreement.allocation
+
+
 def _set_allocation(cfg: DictConfig, plan: LaunchPlan, alloc: str) -> None:
     """The launcher's allocation, and the trainer processes' (they parse argv)."""
     # AReaL's example YAMLs lack the key, and the composed config is a struct.
     with open_dict(cfg):
         cfg.allocation_mode = alloc
-    plan.argv = [
-        a for a in plan.argv if not a.lstrip("+").startswith("allocation_mode=")
-    ]
-    plan.argv.append(f"++allocation_mode={alloc}")
+    plan.argv = [a for a in plan.argv if override_key(a) != "allocation_mode"]
+    plan.argv.append(hydra_override("allocation_mode", alloc))
 
 
 def _attach_running_servers(cfg: DictConfig, plan: LaunchPlan, alloc: str) -> None:
