@@ -221,6 +221,25 @@ def cmd_plot(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    with _logs_to_stderr():
+        from areal_debug.inspect import html_report
+
+        result = html_report.build_report(
+            args.recording,
+            args.replay,
+            args.output,
+            steps=args.steps,
+            max_per_step=args.max_per_step,
+            max_tokens=args.max_tokens,
+            tokenizer=args.tokenizer,
+        )
+    from rich.text import Text
+
+    _emit(args, result, Text(html_report.summary(result)))
+    return 0
+
+
 def cmd_extract(args) -> int:
     from areal_debug.inspect.common import parse_int_list
 
@@ -373,6 +392,8 @@ first divergent step is marked in every panel and named in the title.""",
     _json_flag(p)
     p.set_defaults(func=cmd_plot)
 
+    _add_report(sub)
+
     p = _sub(
         sub,
         "extract",
@@ -424,6 +445,59 @@ recorded run's, and free disk. Exit code 1 when any finding is an error.""",
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- and the command line")
     _json_flag(p)
     p.set_defaults(func=cmd_doctor)
+
+
+# html_report's DEFAULT_MAX_PER_STEP and DEFAULT_MAX_TOKENS (a test keeps them
+# equal): importing it here would load torch for every command's --help.
+REPORT_MAX_PER_STEP, REPORT_MAX_TOKENS = 32, 1024
+
+
+def _add_report(sub) -> None:
+    p = _sub(
+        sub,
+        "report",
+        "write one self-contained HTML page of a recorded run (and a replay of it) "
+        "to click through: charts, steps, trajectories, tokens, stage report",
+        """examples:
+  areal-debug report REC -o run.html                               the recorded run
+  areal-debug report REC LOGS/t0_replay -o replay.html             with a replay of it
+  areal-debug report REC -o big.html --steps 40-60 --max-per-step 64
+  areal-debug report REC -o run.html --tokenizer /models/qwen
+
+Everything (data, script, style) is inside the one file: it opens from disk or an
+attachment, with no network. Per-step charts with anomaly pins and incomplete
+steps (and recorded vs replayed with the first divergence); click a step for its
+trajectories (sortable, filterable, group mean/std), a trajectory for its tokens
+coloured by log-probability. Large recordings: --steps, and at most
+--max-per-step trajectories per step (the page says how many are left out).""",
+    )
+    p.add_argument("recording", help="recording directory (holds manifest.json)")
+    p.add_argument(
+        "replay",
+        nargs="?",
+        help="replay_report.json of a replay of it, or the replay's log directory",
+    )
+    p.add_argument("-o", "--output", required=True, help="HTML file to write")
+    p.add_argument("--steps", help="only these steps, e.g. 0-9,20 (default all)")
+    p.add_argument(
+        "--max-per-step",
+        type=int,
+        default=REPORT_MAX_PER_STEP,
+        help="trajectories kept per step, first in batch order (0: all; default "
+        f"{REPORT_MAX_PER_STEP})",
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=REPORT_MAX_TOKENS,
+        help="completion tokens per trajectory in the token view (0: all; "
+        f"default {REPORT_MAX_TOKENS})",
+    )
+    p.add_argument(
+        "--tokenizer", help="tokenizer to decode with (default: the recorded run's)"
+    )
+    _json_flag(p)
+    p.set_defaults(func=cmd_report)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,355 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``areal-debug report``: one self-contained HTML page of a recorded run or replay.
+
+Everything the page shows is gathered here into one JSON-able dict (per-step
+statistics, anomaly pins, incomplete steps, each step's trajectories, the replay
+report's first divergence and stage report, the manifest) and written into the
+page template (``report_page/``) with its script and style inline: no network
+fetch, so the file opens from disk, from a bug-report attachment, or on an
+air-gapped cluster. The charts are SVG drawn by the page's own script.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from areal_debug.compare.report import ReplayReport
+from areal_debug.inspect.common import (
+    InspectError,
+    is_recording,
+    load_report_json,
+    logger,
+    package_version,
+    parse_int_list,
+    report_file,
+    require_path,
+    track,
+)
+from areal_debug.inspect.diff import recording_series, report_series
+from areal_debug.inspect.html_steps import Decoder, StepLimits, step_detail
+from areal_debug.inspect.listing import pinned_steps
+from areal_debug.inspect.plot_recording import RECORDING_METRICS, anomalies
+from areal_debug.inspect.show import load_tokenizer, tokenizer_path_of
+from areal_debug.recording.reader import RecordingReader, format_ranges
+from areal_debug.stages.names import step_order
+
+# Trajectories kept per step, and completion tokens per trajectory for the token
+# view: a 100-step recording of 512 x 2k-token steps stays a page a browser opens.
+DEFAULT_MAX_PER_STEP = 32
+DEFAULT_MAX_TOKENS = 1024
+# Lengths drawn besides the plot's panels when the run committed them.
+LENGTH_METRICS = (
+    ("ppo_actor/prompt_len/avg", "Prompt length (mean)", "tokens"),
+    ("ppo_actor/response_len/avg", "Completion length (mean)", "tokens"),
+)
+PAGE_FILES = ("page.html", "page.css", "page.js")
+
+
+@dataclass
+class ReportResult:
+    path: str
+    bytes: int
+    recording: str
+    steps: list[int]
+    trajectories: int
+    trajectories_left_out: int
+    replay: str | None = None
+    # (step, metric) of the replay's first divergence.
+    first_divergence: tuple[int, str] | None = None
+    tokenizer: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def build_report(
+    recording: str,
+    replay: str | None,
+    out: str,
+    *,
+    steps: str | None = None,
+    max_per_step: int = DEFAULT_MAX_PER_STEP,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    tokenizer: str | None = None,
+) -> ReportResult:
+    """Write the page of the recording at ``recording`` (and of the replay report
+    ``replay``, a file or a replay's log directory) to ``out``."""
+    require_path(recording, "The recording")
+    if not is_recording(recording):
+        raise InspectError(
+            f"{recording} is not a recording (no manifest.json). Give the directory "
+            "a dump run wrote (areal-debug ls ROOT lists them); a replay report "
+            "goes second: areal-debug report REC REPORT -o page.html."
+        )
+    reader = RecordingReader(recording)
+    chosen = _chosen_steps(reader, steps)
+    notes: list[str] = []
+    data = _run_data(reader, chosen, every=steps is None)
+    report = _replay_data(replay, reader, chosen, notes) if replay else None
+    data["replay"] = report
+    decoder, tok_path = _decoder(reader, tokenizer, notes)
+    limits = StepLimits(max_per_step, max_tokens)
+    details = _step_details(reader, chosen, limits, decoder, report)
+    data.update(
+        details=details,
+        vocab={str(k): v for k, v in decoder.pieces.items()},
+        limits={"max_per_step": max_per_step, "max_tokens": max_tokens},
+        tokenizer={"path": tok_path, "loaded": decoder.tokenizer is not None},
+        notes=notes,
+    )
+    size = write_page(out, data)
+    shown = sum(len(d["rows"]) for d in details.values())
+    left_out = sum(d["left_out"] for d in details.values())
+    first = (report or {}).get("first_divergence")
+    return ReportResult(
+        path=os.path.abspath(out),
+        bytes=size,
+        recording=os.path.abspath(recording),
+        steps=chosen,
+        trajectories=shown,
+        trajectories_left_out=left_out,
+        replay=(report or {}).get("path"),
+        first_divergence=(first["global_step"], first["metric"]) if first else None,
+        tokenizer=tok_path if decoder.tokenizer is not None else None,
+        notes=notes,
+    )
+
+
+def _chosen_steps(reader: RecordingReader, steps: str | None) -> list[int]:
+    complete = reader.available_steps()
+    if not complete:
+        raise InspectError(
+            f"The recording {reader.path} holds no complete step (incomplete: "
+            f"{format_ranges(reader.incomplete_steps())}): nothing to show. Let a "
+            "dump run finish at least one step."
+        )
+    wanted = parse_int_list(steps, "--steps")
+    if wanted is None:
+        return complete
+    chosen = [s for s in complete if s in set(wanted)]
+    if not chosen:
+        raise InspectError(
+            f"--steps {steps} names no complete step of {reader.path} (complete "
+            f"steps: {format_ranges(complete)}). Choose among those."
+        )
+    return chosen
+
+
+# -- the run: statistics, pins, manifest -------------------------------------------
+def _run_data(
+    reader: RecordingReader, chosen: list[int], every: bool
+) -> dict[str, Any]:
+    """Statistics, pins and gaps of the steps shown (``every``: the whole run, also
+    incomplete steps after the last complete one)."""
+    wanted = set(chosen)
+    lo, hi = (-math.inf, math.inf) if every else (min(chosen), max(chosen))
+    series = {s: v for s, v in recording_series(reader.path).items() if s in wanted}
+    have = set().union(*series.values()) if series else set()
+    metrics = [
+        {"name": name, "title": title, "unit": unit}
+        for name, title, unit in (*RECORDING_METRICS, *LENGTH_METRICS)
+        if name in have
+    ]
+    m = reader.manifest
+    return {
+        "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "tool": f"areal-debug {package_version('areal-debug') or '?'}",
+        "recording": os.path.abspath(reader.path),
+        "label": f"{m.experiment_name}/{m.trial_name}",
+        "manifest": _manifest(reader),
+        "steps": chosen,
+        "metrics": metrics,
+        "series": {str(s): _finite_or_text(v) for s, v in series.items()},
+        "without_stats": [s for s in chosen if s not in series],
+        "incomplete": [s for s in reader.incomplete_steps() if lo <= s <= hi],
+        "anomalies": [
+            {"step": a.step, "reasons": a.reasons}
+            for a in anomalies(reader)
+            if lo <= a.step <= hi
+        ],
+        "pinned": [s for s in pinned_steps(reader) if s in wanted],
+    }
+
+
+def _manifest(reader: RecordingReader) -> dict[str, Any]:
+    m = reader.manifest
+    return {
+        "experiment": m.experiment_name,
+        "trial": m.trial_name,
+        "created": m.created,
+        "format_version": m.format_version,
+        "versions": {
+            "areal-debug": m.areal_debug_version,
+            "AReaL": m.areal_version,
+            "torch": m.torch_version,
+            "python": m.python_version,
+        },
+        "layout": m.layout.to_json(),
+        "determinism": _jsonable(m.determinism),
+        "config": _jsonable(m.config),
+    }
+
+
+def _finite_or_text(values: dict[str, float]) -> dict[str, Any]:
+    """JSON has no NaN or inf: those travel as text, which the page marks."""
+    return {k: v if math.isfinite(v) else str(v) for k, v in values.items()}
+
+
+# -- the replay: recorded vs replayed, first divergence, stage report ----------------
+def _replay_data(
+    path: str, reader: RecordingReader, chosen: list[int], notes: list[str]
+) -> dict[str, Any]:
+    require_path(path, "The replay report")
+    found = report_file(path)
+    if found is None:
+        raise InspectError(
+            f"{path} is not a replay report: give the replay_report.json a replay "
+            "wrote, or the replay trial's log directory holding it (areal-debug ls "
+            "ROOT names each replay of a recording)."
+        )
+    data = load_report_json(found)
+    if os.path.realpath(data["recording"]) != os.path.realpath(reader.path):
+        note = (
+            f"The replay report {found} is of the recording {data['recording']}, not "
+            f"of {reader.path}: its recorded values are compared as it wrote them."
+        )
+        notes.append(note)
+        logger.warning(note)
+    report = ReplayReport.from_json(data)
+    replayed = report_series(data, "replayed")
+    first = report.first_divergence()
+    stage = report.first_stage_divergence()
+    return {
+        "path": os.path.abspath(found),
+        "label": f"replay {os.path.basename(os.path.dirname(os.path.abspath(found)))}",
+        "series": {
+            str(s): _finite_or_text(v) for s, v in replayed.items() if s in chosen
+        },
+        "steps": sorted(replayed),
+        "status": {str(e.global_step): e.status for e in report.steps},
+        "tolerance": {"rtol": report.rtol, "atol": report.atol},
+        "topology": report.topology.describe() if report.topology.changed else None,
+        "first_divergence": _jsonable(first),
+        "first_stage": _jsonable(stage),
+        "stage_report": _stage_report(report, stage, first),
+    }
+
+
+def _stage_report(report: ReplayReport, stage, first) -> dict[str, Any] | None:
+    """The first divergent step's stages, in the order the step reaches them."""
+    if stage is None and first is None:
+        return None
+    step = stage["step"] if stage else first["global_step"]
+    entry = next(e for e in report.steps if e.global_step == step)
+    from areal_debug.stages.comparison import describe
+
+    return {
+        "step": entry.global_step,
+        "line": describe(entry.global_step, entry.stages) if entry.stages else None,
+        "stages": [
+            {"stage": name, **_jsonable(entry.stages[name])}
+            for name in step_order(entry.stages)
+        ],
+    }
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` with non-finite floats as text (JSON has neither)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+# -- the steps' trajectories -------------------------------------------------------
+def _decoder(
+    reader: RecordingReader, tokenizer: str | None, notes: list[str]
+) -> tuple[Decoder, str | None]:
+    """The run's tokenizer (or ``tokenizer``); without one, token ids and a note."""
+    path = tokenizer or tokenizer_path_of(reader)
+    try:
+        return Decoder(load_tokenizer(path)), path
+    except InspectError as e:
+        # The first sentence says why; show's advice (--decode) is not ours.
+        why = " ".join(str(e).split()).split(". ")[0]
+        note = (
+            f"Texts are shown as token ids: {why}. Build the page with --tokenizer "
+            "PATH (a directory with the tokenizer files, or a Hugging Face name) to "
+            "decode them."
+        )
+        notes.append(note)
+        logger.warning(note)
+        return Decoder(), path
+
+
+def _step_details(reader, chosen, limits, decoder, report) -> dict[str, Any]:
+    stage = (report or {}).get("first_stage")
+    out = {}
+    for step in track(chosen, "reading steps", total=len(chosen)):
+        here = stage if stage and stage.get("step") == step else None
+        out[str(step)] = step_detail(reader, step, limits, decoder, here)
+    return out
+
+
+# -- the page ------------------------------------------------------------------------
+def write_page(out: str, data: dict[str, Any]) -> int:
+    """The page with ``data`` and its script and style inline; its size in bytes."""
+    html, css, js = (
+        resources.files("areal_debug.inspect")
+        .joinpath("report_page", name)
+        .read_text(encoding="utf-8")
+        for name in PAGE_FILES
+    )
+    # No "<" at all inside the <script> element that carries the data: "</script"
+    # would end it and "<!--" change how the browser reads it. JSON strings take
+    # the escape; "<" occurs nowhere else in JSON.
+    payload = json.dumps(data, separators=(",", ":"), allow_nan=False)
+    payload = payload.replace("<", "\\u003c")
+    page = (
+        html.replace("/*STYLE*/", css)
+        .replace("/*SCRIPT*/", js)
+        .replace("{{TITLE}}", _escape(f"areal-debug report: {data['label']}"))
+        .replace("/*DATA*/", payload)
+    )
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    tmp = f"{out}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(page)
+    os.replace(tmp, out)
+    return os.path.getsize(out)
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def summary(r: ReportResult) -> str:
+    """What the page holds, in words (the command's output)."""
+    lines = [
+        f"wrote {r.path} ({r.bytes / 2**20:.1f} MiB): steps {format_ranges(r.steps)} "
+        f"of {r.recording}",
+        f"  trajectories  {r.trajectories} shown"
+        + (
+            f", {r.trajectories_left_out} left out (--max-per-step)"
+            if r.trajectories_left_out
+            else ""
+        ),
+        f"  texts         {'decoded with ' + r.tokenizer if r.tokenizer else 'token ids'}",
+    ]
+    if r.replay:
+        verdict = (
+            f"first divergence at step {r.first_divergence[0]} "
+            f"({r.first_divergence[1]})"
+            if r.first_divergence
+            else "identical at every replayed step"
+        )
+        lines.append(f"  replay        {r.replay}: {verdict}")
+    lines += [f"  note          {n}" for n in r.notes]
+    return "\n".join(lines)

@@ -1,0 +1,303 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The per-step part of ``areal-debug report``: each step's trajectories as rows
+of plain values, with their tokens, log-probabilities and group statistics.
+
+Unlike ``show`` (:mod:`areal_debug.inspect.show`), which turns every row of a step
+into Python lists, this works on whole tensors and lists only the rows the page
+keeps: a 512 x 2k-token step would otherwise cost seconds in ``tolist`` alone.
+A "trajectory" here is one sampled answer (a row of a trajectory dict); its
+"group" is the dict it belongs to (one prompt and its samples).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from areal_debug.recording.format import RecordingError
+from areal_debug.recording.reader import RecordingReader
+from areal_debug.stages.names import (
+    StageTensorKey,
+    trajectory_index,
+    trajectory_name,
+)
+
+# Texts kept per prompt and completion (the token view holds the tokens shown).
+MAX_TEXT_CHARS = 4000
+# The per-token stages the token view shows when the recording kept them
+# (debug.record_stage_tensors, debug.record_ref_logp).
+TOKEN_VIEW_STAGES = ("logp", "ref_logp")
+
+
+@dataclass
+class Decoder:
+    """Turns token ids into text: a tokenizer's, or ``<id>`` without one."""
+
+    tokenizer: Any = None
+    # Every token id shown, with its text (filled as rows are kept).
+    pieces: dict[int, str] = field(default_factory=dict)
+
+    def text(self, ids: list[int]) -> str:
+        if self.tokenizer is None:
+            return " ".join(f"<{i}>" for i in ids)
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+    def remember(self, ids: list[int]) -> None:
+        new = [i for i in set(ids) if i not in self.pieces]
+        for i in new:
+            self.pieces[i] = (
+                self.tokenizer.decode([i], skip_special_tokens=False)
+                if self.tokenizer is not None
+                else f"<{i}>"
+            )
+
+
+@dataclass
+class StepLimits:
+    max_per_step: int  # trajectories (rows) kept per step; 0 keeps all
+    max_tokens: int  # completion tokens kept per trajectory for the token view
+
+
+def step_detail(
+    reader: RecordingReader,
+    step: int,
+    limits: StepLimits,
+    decoder: Decoder,
+    divergence: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Step ``step`` as the page shows it when the step is clicked; ``divergence``
+    is the replay report's first divergent stage when it is this step's."""
+    meta = reader.step_meta(step)
+    batch = [
+        traj
+        for shard in range(meta["num_shards"])
+        for traj in reader.load_shard(step, shard)
+    ]
+    stage_rows, stage_note = _stage_rows(reader, step, batch)
+    marked = _divergent_place(divergence, [_rows_of(t) for t in batch])
+    rows, groups, prompts, total = [], [], [], 0
+    for g, traj in enumerate(batch):
+        if not isinstance(traj, dict):
+            raise RecordingError(
+                f"Trajectory {g} of step {step} is a {type(traj).__name__}, not a "
+                "dict: not an AReaL rollout batch."
+            )
+        summary = _group_summary(traj, step)
+        groups.append({"group": g, **_moments(summary["rewards"])})
+        for r in range(summary["n"]):
+            keep = limits.max_per_step <= 0 or len(rows) < limits.max_per_step
+            if keep:
+                row = _row(traj, summary, g, r, step, limits, decoder, prompts)
+                row["i"] = total
+                positions = summary["generated"][r].nonzero().reshape(-1)
+                _add_stage_values(row, stage_rows.get((g, r)), positions)
+                if marked is not None and marked[0] == (g, r):
+                    _mark_token(row, positions, marked[1])
+                rows.append(row)
+            total += 1
+    return {
+        "step": step,
+        "epoch": meta.get("epoch"),
+        "num_trajectories": total,
+        "num_groups": len(batch),
+        "num_tokens": meta.get("num_tokens"),
+        "policy_version": meta.get("policy_version"),
+        "left_out": total - len(rows),
+        "rows": rows,
+        "groups": groups,
+        "prompts": prompts,
+        "stage_note": stage_note,
+    }
+
+
+def _group_summary(traj: dict[str, Any], step: int) -> dict[str, Any]:
+    """Per-row lengths, rewards and policy versions of one trajectory dict, at once."""
+    ids = traj.get("input_ids")
+    if not isinstance(ids, torch.Tensor):
+        return {"n": 0, "rewards": []}
+    ids = ids if ids.dim() > 1 else ids.unsqueeze(0)
+    n = ids.shape[0]
+    valid = _mask(traj.get("attention_mask"), ids, True)
+    generated = _mask(traj.get("loss_mask"), ids, False) & valid
+    prompt = valid & ~generated
+    rewards = traj.get("rewards")
+    reward_list = (
+        [float(x) for x in rewards.reshape(-1).tolist()][:n]
+        if isinstance(rewards, torch.Tensor)
+        else []
+    )
+    versions = traj.get("versions")
+    vmin = vmax = None
+    if isinstance(versions, torch.Tensor) and versions.shape == ids.shape:
+        usable = generated & (versions >= 0)
+        big = torch.iinfo(torch.int64).max
+        v = versions.to(torch.int64)
+        vmin = torch.where(usable, v, big).amin(-1).tolist()
+        vmax = torch.where(usable, v, -1).amax(-1).tolist()
+    return {
+        "n": n,
+        "ids": ids,
+        "prompt": prompt,
+        "generated": generated,
+        "prompt_len": prompt.sum(-1).tolist(),
+        "completion_len": generated.sum(-1).tolist(),
+        "rewards": reward_list,
+        "vmin": vmin,
+        "vmax": vmax,
+    }
+
+
+def _mask(t, ids: torch.Tensor, default: bool) -> torch.Tensor:
+    if isinstance(t, torch.Tensor) and t.numel() == ids.numel():
+        return t.reshape(ids.shape).bool()
+    return torch.full(ids.shape, default, dtype=torch.bool)
+
+
+def _moments(rewards: list[float]) -> dict[str, Any]:
+    finite = [x for x in rewards if math.isfinite(x)]
+    if not finite:
+        return {"n": len(rewards), "mean": None, "std": None}
+    mean = sum(finite) / len(finite)
+    std = math.sqrt(sum((x - mean) ** 2 for x in finite) / len(finite))
+    return {"n": len(rewards), "mean": mean, "std": std}
+
+
+def _row(traj, s, g, r, step, limits, decoder, prompts) -> dict[str, Any]:
+    """One kept trajectory: texts, lengths, reward, versions, tokens and log-probs."""
+    prompt_ids = s["ids"][r][s["prompt"][r]].tolist()
+    gen = s["generated"][r]
+    completion_ids = s["ids"][r][gen].tolist()
+    text = _clip(decoder.text(prompt_ids))
+    if not prompts or prompts[-1] != text:  # a group shares its prompt
+        prompts.append(text)
+    shown = (
+        completion_ids[: limits.max_tokens] if limits.max_tokens > 0 else completion_ids
+    )
+    decoder.remember(shown)
+    logprobs = traj.get("logprobs")
+    lp = (
+        _milli(logprobs.reshape(s["ids"].shape)[r][gen][: len(shown)].tolist())
+        if isinstance(logprobs, torch.Tensor) and logprobs.numel() == s["ids"].numel()
+        else None
+    )
+    vmin = s["vmin"][r] if s["vmin"] is not None and s["vmax"][r] >= 0 else None
+    vmax = s["vmax"][r] if vmin is not None else None
+    reward = s["rewards"][r] if r < len(s["rewards"]) else None
+    return {
+        "group": g,
+        "row": r,
+        "prompt": len(prompts) - 1,
+        "completion": _clip(decoder.text(completion_ids)),
+        "reward": reward if reward is None or math.isfinite(reward) else str(reward),
+        "prompt_len": s["prompt_len"][r],
+        "completion_len": s["completion_len"][r],
+        "versions": None if vmin is None else [vmin, vmax],
+        "staleness": None if vmin is None else [step - vmax, step - vmin],
+        "tokens": shown,
+        "tokens_left_out": len(completion_ids) - len(shown),
+        "logp": lp,
+    }
+
+
+def _clip(text: str) -> str:
+    if len(text) <= MAX_TEXT_CHARS:
+        return text
+    return text[:MAX_TEXT_CHARS] + f" … ({len(text) - MAX_TEXT_CHARS} more characters)"
+
+
+def _milli(values: list[float]) -> list[int | None]:
+    """Log-probs in thousandths (ints: a third of the page's bytes of floats)."""
+    return [round(v * 1000) if math.isfinite(v) else None for v in values]
+
+
+# -- kept stage tensors --------------------------------------------------------------
+def _stage_rows(
+    reader: RecordingReader, step: int, batch: list
+) -> tuple[dict[tuple[int, int], dict[str, torch.Tensor]], str | None]:
+    """{(group, row): {stage: that trajectory's row of the kept tensor}} and a note
+    when the recording kept stage tensors that cannot be matched to its rows."""
+    try:
+        stages, tensors = reader.recorded_stages(step)
+    except RecordingError as e:
+        return {}, f"stage tensors not read: {e}"
+    if not tensors:
+        return {}, None
+    if len(stages.get("ranks", [])) != 1:
+        # Each rank holds its own share, in the order AReaL redistributed it.
+        return {}, (
+            "the recording kept stage tensors of several ranks; their rows are in "
+            "the order AReaL redistributed the batch, so they are not shown per "
+            "trajectory (the replay report names where they differ)."
+        )
+    sizes = [_rows_of(t) for t in batch]
+    out: dict[tuple[int, int], dict[str, torch.Tensor]] = {}
+    for stage in TOKEN_VIEW_STAGES:
+        for (g, r), values in _match(tensors, stage, sizes).items():
+            out.setdefault((g, r), {})[stage] = values
+    return out, None
+
+
+def _rows_of(traj) -> int:
+    ids = traj.get("input_ids") if isinstance(traj, dict) else None
+    if not isinstance(ids, torch.Tensor):
+        return 0
+    return ids.shape[0] if ids.dim() > 1 else 1
+
+
+def _match(tensors, stage: str, sizes: list[int]) -> dict[tuple[int, int], Any]:
+    """One tensor per trajectory dict, or one for the whole batch (AReaL's
+    ``compute_logp`` on the concatenated batch): rows in batch order."""
+    keyed = {}
+    for i in range(len(sizes)):
+        t = tensors.get(StageTensorKey(0, stage, trajectory_name(i)).format())
+        if t is not None:
+            keyed[i] = t
+    if len(keyed) == len(sizes) and all(
+        t.dim() == 2 and t.shape[0] == sizes[i] for i, t in keyed.items()
+    ):
+        return {(g, r): keyed[g][r] for g in keyed for r in range(sizes[g])}
+    whole = keyed.get(0)
+    if whole is not None and whole.dim() == 2 and whole.shape[0] == sum(sizes):
+        flat = [(g, r) for g, n in enumerate(sizes) for r in range(n)]
+        return {gr: whole[k] for k, gr in enumerate(flat)}
+    return {}
+
+
+def _add_stage_values(row, stage_values, positions: torch.Tensor) -> None:
+    """The kept stage tensors' values on the row's shown completion tokens
+    (``positions``: where its completion tokens sit in the padded row)."""
+    n = len(row["tokens"])
+    for stage, values in (stage_values or {}).items():
+        if positions.numel() and int(positions.max()) < values.shape[-1]:
+            row[f"stage_{stage}"] = _milli(values[positions][:n].tolist())
+
+
+def _divergent_place(
+    divergence: dict[str, Any] | None, sizes: list[int]
+) -> tuple[tuple[int, int], int] | None:
+    """((group, row), column) of the token where the replay report's first
+    divergent per-token stage differs most (its ``position``), when rank 0's
+    trajectory names it; None otherwise."""
+    if not divergence or divergence.get("stage") not in TOKEN_VIEW_STAGES:
+        return None
+    position = divergence.get("position")
+    where = str(divergence.get("where", ""))
+    if not (isinstance(position, list) and len(position) == 2):
+        return None
+    index = trajectory_index(where)
+    if index is None:
+        return None
+    row, col = position
+    if len(sizes) > 1 and index < len(sizes) and row < sizes[index]:
+        return (index, row), col
+    flat = [(g, r) for g, n in enumerate(sizes) for r in range(n)]
+    return (flat[row], col) if index == 0 and row < len(flat) else None
+
+
+def _mark_token(row: dict[str, Any], positions: torch.Tensor, col: int) -> None:
+    hits = (positions == col).nonzero().reshape(-1).tolist()
+    if hits and hits[0] < len(row["tokens"]):
+        row["divergent_token"] = hits[0]

@@ -1,0 +1,343 @@
+// SPDX-License-Identifier: Apache-2.0
+// areal-debug report: the page's own script. No library: the charts are SVG drawn
+// here, every element is built with textContent (recorded texts are never HTML).
+"use strict";
+const D = JSON.parse(document.getElementById("report-data").textContent);
+const SVG = "http://www.w3.org/2000/svg";
+const R = D.replay;
+const FIRST = R && R.first_divergence ? R.first_divergence : null;
+
+function el(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else if (v !== undefined && v !== null) e.setAttribute(k, v);
+  }
+  for (const kid of kids.flat()) {
+    if (kid === null || kid === undefined) continue;
+    e.append(kid instanceof Node ? kid : document.createTextNode(String(kid)));
+  }
+  return e;
+}
+function add(parent, ...kids) {
+  // DOM append writes null as "null": leave out what is not there.
+  parent.append(...kids.flat().filter((k) => k !== null && k !== undefined));
+}
+function sv(tag, attrs, text) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+const isNum = (v) => typeof v === "number" && isFinite(v);
+function fmt(v, digits) {
+  if (v === null || v === undefined) return "–";
+  if (typeof v === "string") return v;  // nan, inf
+  if (Number.isInteger(v)) return String(v);
+  const a = Math.abs(v);
+  if (a !== 0 && (a < 1e-3 || a >= 1e5)) return v.toExponential(digits || 3);
+  return v.toPrecision(digits || 4).replace(/\.?0+$/, "");
+}
+const range = (p) => (p ? (p[0] === p[1] ? String(p[0]) : p[0] + "–" + p[1]) : "–");
+
+// -- header, verdict, notes ---------------------------------------------------------
+function header() {
+  const m = D.manifest;
+  add(document.getElementById("head"), 
+    el("h1", {}, "areal-debug report: " + D.label),
+    el("div", { class: "sub" }, "recording " + D.recording),
+    R ? el("div", { class: "sub" }, R.label + ": " + R.path) : null,
+    el("div", { class: "sub" },
+      `${D.steps.length} step(s) shown · created ${m.created || "?"} · page written ${D.generated} by ${D.tool}`)
+  );
+}
+function verdict() {
+  const box = document.getElementById("verdict");
+  if (!R) return;
+  if (FIRST) {
+    add(box, el("div", { class: "divergence", id: "first-divergence" },
+      el("b", {}, `First divergence: step ${FIRST.global_step}`),
+      ` · ${FIRST.metric}: recorded ${fmt(FIRST.recorded, 8)}, replayed ${fmt(FIRST.replayed, 8)}` +
+      (isNum(FIRST.rel_diff) ? ` (relative difference ${fmt(FIRST.rel_diff, 3)})` : "") +
+      ` · ${FIRST.num_diverged_metrics} metric(s) diverged at that step`,
+      R.first_stage ? el("div", {}, `First divergent stage: ${R.first_stage.stage} at ${R.first_stage.where || "?"}` +
+        (R.first_stage.step !== FIRST.global_step ? ` (step ${R.first_stage.step})` : "")) : null));
+  } else {
+    add(box, el("div", { class: "identical", id: "verdict-identical" },
+      el("b", {}, `${R.label}: identical`), ` at every replayed step (${R.steps.length})` +
+      ` within rtol ${R.tolerance.rtol}, atol ${R.tolerance.atol}`));
+  }
+  if (R.topology) add(box, el("div", { class: "note" }, R.topology));
+}
+function notes() {
+  const box = document.getElementById("notes");
+  for (const n of D.notes) add(box, el("div", { class: "note" }, n));
+  const left = D.steps.map((s) => D.details[s]).filter((d) => d.left_out > 0);
+  if (left.length) {
+    const out = left.reduce((a, d) => a + d.left_out, 0);
+    add(box, el("div", { class: "note", id: "cap-note" },
+      `${out} trajectories are left out of this page: at most ${D.limits.max_per_step} per step are kept ` +
+      `(the first ones in batch order; build with --max-per-step 0 to keep all, or fewer --steps).`));
+  }
+}
+
+// -- charts ---------------------------------------------------------------------------
+const W = 400, H = 200, ML = 58, MR = 10, MT = 22, MB = 30;
+function legend() {
+  const items = [["var(--rec)", "recorded"]];
+  if (R) items.push(["var(--rep)", R.label]);
+  const box = document.getElementById("legend");
+  for (const [c, t] of items) add(box, el("span", {}, el("i", { class: "sw", style: `background:${c}` }), t));
+  if (D.anomalies.length) add(box, el("span", {}, el("b", { style: "color:var(--pin)" }, "▼ "), "anomaly pin"));
+  if (D.incomplete.length || D.without_stats.length)
+    add(box, el("span", {}, el("i", { class: "sw", style: "background:var(--shade);height:10px" }), "incomplete or no statistics"));
+  if (FIRST) add(box, el("span", {}, el("i", { class: "sw", style: "background:var(--pin)" }), "first divergence"));
+}
+function charts() {
+  const box = document.getElementById("charts");
+  if (!D.metrics.length) {
+    add(box, el("p", { class: "note" }, "No recorded statistics in the steps shown (no stats.json): the steps' trajectories are below."));
+    return;
+  }
+  for (const m of D.metrics) add(box, chart(m));
+}
+function chart(m) {
+  const every = [...new Set([...D.steps, ...D.incomplete])].sort((a, b) => a - b);
+  const lo = every[0] - 0.5, hi = every[every.length - 1] + 0.5;
+  const rec = D.steps.filter((s) => D.series[s] && m.name in D.series[s]).map((s) => [s, D.series[s][m.name]]);
+  const rep = R ? Object.keys(R.series).map(Number).sort((a, b) => a - b)
+    .filter((s) => m.name in R.series[s]).map((s) => [s, R.series[s][m.name]]) : [];
+  const ys = [...rec, ...rep].map((p) => p[1]).filter(isNum);
+  let y0 = ys.length ? Math.min(...ys) : 0, y1 = ys.length ? Math.max(...ys) : 1;
+  if (y0 === y1) { const d = Math.abs(y0) * 0.05 || 1; y0 -= d; y1 += d; }
+  const pad = (y1 - y0) * 0.08; y0 -= pad; y1 += pad;
+  // Enough digits that neighbouring ticks read differently (ratios near 1).
+  const scale = Math.max(Math.abs(y0), Math.abs(y1)) / (y1 - y0);
+  const digits = Math.min(10, Math.max(3, Math.ceil(Math.log10(scale || 1)) + 2));
+  const X = (s) => ML + ((s - lo) / (hi - lo)) * (W - ML - MR);
+  const Y = (v) => MT + (1 - (v - y0) / (y1 - y0)) * (H - MT - MB);
+  const svg = sv("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": m.title });
+  for (const s of [...D.incomplete, ...D.without_stats])
+    svg.append(sv("rect", { x: X(s - 0.4), y: MT, width: X(s + 0.4) - X(s - 0.4), height: H - MT - MB, fill: "var(--shade)", class: "gap" }));
+  for (let i = 0; i <= 4; i++) {
+    const v = y0 + ((y1 - y0) * i) / 4;
+    svg.append(sv("line", { x1: ML, x2: W - MR, y1: Y(v), y2: Y(v), stroke: "#eee" }));
+    svg.append(sv("text", { x: ML - 4, y: Y(v) + 4, "text-anchor": "end", "font-size": 10, fill: "#555" }, fmt(v, digits)));
+  }
+  const tick = Math.max(1, Math.ceil(every.length / 12));
+  every.forEach((s, i) => {
+    if (i % tick) return;
+    svg.append(sv("text", { x: X(s), y: H - MB + 14, "text-anchor": "middle", "font-size": 10, fill: "#555" }, s));
+  });
+  svg.append(sv("text", { x: (ML + W - MR) / 2, y: H - 3, "text-anchor": "middle", "font-size": 10, fill: "#555" }, "global step"));
+  svg.append(sv("text", { x: 11, y: (MT + H - MB) / 2, "text-anchor": "middle", "font-size": 10, fill: "#555", transform: `rotate(-90 11 ${(MT + H - MB) / 2})` }, m.unit));
+  if (FIRST && FIRST.global_step > lo && FIRST.global_step < hi) {
+    const x = X(FIRST.global_step);
+    svg.append(sv("line", { x1: x, x2: x, y1: MT, y2: H - MB, stroke: "var(--pin)", "stroke-width": 1.5, class: "divergence-line" }));
+    svg.append(sv("text", { x: x + 3, y: MT + 10, "font-size": 10, fill: "var(--pin)" }, "first divergence"));
+  }
+  for (const a of D.anomalies) {
+    const x = X(a.step);
+    svg.append(sv("line", { x1: x, x2: x, y1: MT, y2: H - MB, stroke: "var(--pin)", "stroke-dasharray": "2 3" }));
+    const pin = sv("path", { d: `M${x - 5},${MT - 12} L${x + 5},${MT - 12} L${x},${MT - 3} Z`, fill: "var(--pin)", class: "pin" });
+    pin.append(sv("title", {}, `step ${a.step}: ${a.reasons.join("; ")}`));
+    svg.append(pin);
+    const v = D.series[a.step] && D.series[a.step][m.name];
+    if (typeof v === "string") svg.append(sv("text", { x: x, y: MT + 22, "text-anchor": "middle", "font-size": 10, fill: "var(--pin)" }, v));
+  }
+  line(svg, rec, X, Y, "var(--rec)", false);
+  if (rep.length) line(svg, rep, X, Y, "var(--rep)", true);
+  return el("div", { class: "chart", "data-metric": m.name },
+    el("div", { class: "title" }, m.title), el("div", { class: "metric" }, m.name), svg);
+}
+function line(svg, pts, X, Y, colour, dashed) {
+  const finite = pts.filter((p) => isNum(p[1]));
+  svg.append(sv("polyline", {
+    points: finite.map((p) => `${X(p[0])},${Y(p[1])}`).join(" "), fill: "none", stroke: colour,
+    "stroke-width": dashed ? 1.6 : 2.2, "stroke-dasharray": dashed ? "5 3" : "none",
+  }));
+  for (const [s, v] of finite) {
+    const mark = dashed
+      ? sv("path", { d: `M${X(s) - 4},${Y(v) - 4} l8,8 m0,-8 l-8,8`, stroke: colour, "stroke-width": 1.8, class: "pt", "data-step": s })
+      : sv("circle", { cx: X(s), cy: Y(v), r: 4.5, fill: colour, class: "pt", "data-step": s });
+    mark.append(sv("title", {}, `step ${s}: ${fmt(v, 8)}`));
+    mark.addEventListener("click", () => showStep(s));
+    svg.append(mark);
+  }
+}
+
+// -- steps ------------------------------------------------------------------------------
+function steps() {
+  const box = document.getElementById("steps");
+  const pinned = new Set(D.anomalies.map((a) => a.step));
+  const all = [...new Set([...D.steps, ...D.incomplete])].sort((a, b) => a - b);
+  for (const s of all) {
+    if (!D.details[s]) {
+      add(box, el("span", { class: "stepbtn off", title: "incomplete: no step.json" }, `${s} (incomplete)`));
+      continue;
+    }
+    const diverged = R && R.status[s] === "diverged";
+    const cls = "stepbtn" + (pinned.has(s) ? " anomaly" : "") + (diverged ? " diverged" : "");
+    const why = [pinned.has(s) ? "anomaly pin" : null, diverged ? "replay diverged" : null].filter(Boolean).join(", ");
+    add(box, el("button", { class: cls, "data-step": s, title: why || null, onclick: () => showStep(s) }, `step ${s}`));
+  }
+}
+let current = null;
+function showStep(s) {
+  current = { step: s, sort: { key: "i", dir: 1 } };
+  for (const b of document.querySelectorAll(".stepbtn[data-step]")) b.classList.toggle("sel", Number(b.dataset.step) === s);
+  document.getElementById("traj").hidden = true;
+  renderStep();
+  document.getElementById("step").scrollIntoView({ behavior: "smooth", block: "start" });
+}
+const COLUMNS = [
+  ["i", "#", "num"], ["group", "group", "num"], ["reward", "reward", "num"],
+  ["gmean", "group mean", "num"], ["gstd", "group std", "num"],
+  ["prompt_len", "prompt tokens", "num"], ["completion_len", "completion tokens", "num"],
+  ["version", "versions", "num"], ["stale", "staleness", "num"],
+  ["ptext", "prompt", "text"], ["completion", "completion", "text"],
+];
+function renderStep() {
+  const d = D.details[current.step];
+  const box = document.getElementById("step");
+  box.hidden = false;
+  box.replaceChildren();
+  const groups = Object.fromEntries(d.groups.map((g) => [g.group, g]));
+  const rows = d.rows.map((r) => ({ ...r, gmean: groups[r.group].mean, gstd: groups[r.group].std,
+    ptext: d.prompts[r.prompt], version: r.versions ? r.versions[1] : null, stale: r.staleness ? r.staleness[1] : null }));
+  const stats = D.series[current.step];
+  add(box, el("h2", {}, `Step ${current.step}`),
+    el("p", {}, `${d.num_trajectories} trajectories in ${d.num_groups} groups, ${d.num_tokens} tokens, epoch ${d.epoch}, ` +
+      `policy versions ${range(d.policy_version)}` + (stats ? "" : " · no recorded statistics")),
+    d.left_out ? el("p", { class: "note step-cap" }, `${d.left_out} of ${d.num_trajectories} trajectories left out of this page ` +
+      `(at most ${D.limits.max_per_step} kept per step); group statistics count them all.`) : null,
+    d.stage_note ? el("p", { class: "note" }, d.stage_note) : null);
+  const f = current.filter || (current.filter = { rmax: "", rmin: "", lmin: "", text: "" });
+  const input = (key, label, cls) => el("label", {}, label + " ",
+    el("input", { class: cls || null, value: f[key], oninput: (e) => { f[key] = e.target.value; fill(); } }));
+  add(box, el("div", { class: "filters" }, input("rmax", "reward ≤"), input("rmin", "reward ≥"),
+    input("lmin", "completion tokens ≥"), input("text", "text contains", "wide"),
+    el("span", { class: "muted" }, "click a column to sort, a row for its tokens")));
+  const thead = el("tr", {}, COLUMNS.map(([key, label]) => el("th", {
+    class: "sortable", "data-key": key,
+    onclick: () => { const s = current.sort; s.dir = s.key === key ? -s.dir : (key === "completion_len" || key === "reward" ? -1 : 1); s.key = key; fill(); },
+  }, label)));
+  const tbody = el("tbody", { id: "traj-rows" });
+  add(box, el("table", { id: "traj-table" }, el("thead", {}, thead), tbody), el("p", { class: "muted", id: "row-count" }));
+  add(box, el("h2", {}, "Groups"), groupTable(d));
+  function fill() {
+    const num = (v) => (v === "" ? null : Number(v));
+    const rmax = num(f.rmax), rmin = num(f.rmin), lmin = num(f.lmin), text = f.text.toLowerCase();
+    const shown = rows.filter((r) => (rmax === null || (isNum(r.reward) && r.reward <= rmax)) &&
+      (rmin === null || (isNum(r.reward) && r.reward >= rmin)) && (lmin === null || r.completion_len >= lmin) &&
+      (!text || (r.ptext + "\n" + r.completion).toLowerCase().includes(text)));
+    const { key, dir } = current.sort;
+    shown.sort((a, b) => cmp(a[key], b[key]) * dir || a.i - b.i);
+    tbody.replaceChildren(...shown.map((r) => el("tr", { class: "row", "data-i": r.i, onclick: (e) => showTrajectory(r, e.currentTarget) },
+      COLUMNS.map(([k, , kind]) => el("td", { class: kind, title: kind === "text" ? r[k] : null },
+        k === "version" ? range(r.versions) : k === "stale" ? range(r.staleness) : kind === "num" ? fmt(r[k]) : r[k])))));
+    for (const th of thead.children) th.textContent = COLUMNS.find((c) => c[0] === th.dataset.key)[1] + (th.dataset.key === key ? (dir > 0 ? " ▲" : " ▼") : "");
+    document.getElementById("row-count").textContent = `${shown.length} of ${rows.length} trajectories on this page shown`;
+  }
+  fill();
+}
+function cmp(a, b) {
+  const na = a === null || a === undefined, nb = b === null || b === undefined;
+  if (na || nb) return na - nb;
+  if (typeof a === "number" && typeof b === "number") return a - b;
+  return String(a).localeCompare(String(b));
+}
+function groupTable(d) {
+  return el("table", { id: "group-table" },
+    el("tr", {}, el("th", {}, "group"), el("th", {}, "trajectories"), el("th", {}, "reward mean"), el("th", {}, "reward std")),
+    d.groups.map((g) => el("tr", {}, el("td", { class: "num" }, g.group), el("td", { class: "num" }, g.n),
+      el("td", { class: "num" }, fmt(g.mean)), el("td", { class: "num" }, fmt(g.std)))));
+}
+
+// -- one trajectory's tokens ---------------------------------------------------------------
+const SOURCES = [
+  ["logp", "recorded log-prob (generation)"],
+  ["stage_logp", "recomputed log-prob (trainer, recorded stage)"],
+  ["stage_ref_logp", "reference log-prob (recorded stage)"],
+];
+function colour(lp) {
+  // 0 nats (certain) green, -2 yellow, -6 and below red.
+  if (lp === null || lp === undefined) return "transparent";
+  const t = Math.max(0, Math.min(1, -lp / 6));
+  const mix = (a, b, u) => Math.round(a + (b - a) * u);
+  const [c0, c1, c2] = [[200, 240, 200], [255, 235, 160], [230, 80, 80]];
+  const [a, b, u] = t < 1 / 3 ? [c0, c1, t * 3] : [c1, c2, (t - 1 / 3) * 1.5];
+  return `rgb(${mix(a[0], b[0], u)},${mix(a[1], b[1], u)},${mix(a[2], b[2], u)})`;
+}
+function showTrajectory(r, tr) {
+  for (const x of document.querySelectorAll("tr.row.sel")) x.classList.remove("sel");
+  if (tr) tr.classList.add("sel");
+  const d = D.details[current.step];
+  const box = document.getElementById("traj");
+  box.hidden = false;
+  const have = SOURCES.filter(([k]) => r[k]);
+  let by = have.length ? have[0][0] : null;
+  const tokens = el("div", { class: "tokens", id: "tokens" });
+  function paint() {
+    tokens.replaceChildren(el("span", { class: "prompt" }, d.prompts[r.prompt]));
+    r.tokens.forEach((id, k) => {
+      const v = (key) => (r[key] && r[key][k] !== null && r[key][k] !== undefined ? r[key][k] / 1000 : null);
+      const tip = [`token ${k}: id ${id}`, ...have.map(([key, label]) => `${label}: ${fmt(v(key))}`)];
+      if (r.divergent_token === k) tip.push("the replay differs most here (first divergent stage)");
+      tokens.append(el("span", {
+        class: "tok" + (r.divergent_token === k ? " divergent" : ""), title: tip.join("\n"),
+        style: `background:${colour(by ? v(by) : null)}`,
+      }, D.vocab[id] !== undefined ? D.vocab[id] : `<${id}>`));
+    });
+    if (r.tokens_left_out) tokens.append(el("span", { class: "muted" }, ` … ${r.tokens_left_out} more tokens not on this page (--max-tokens)`));
+  }
+  const pick = have.length > 1 ? el("span", {}, "colour by ", el("select", { onchange: (e) => { by = e.target.value; paint(); } },
+    have.map(([k, label]) => el("option", { value: k }, label)))) : null;
+  box.replaceChildren();
+  add(box,
+    el("h2", {}, `Trajectory ${r.i} of step ${current.step} (group ${r.group}, sample ${r.row})`),
+    el("p", {}, `reward ${fmt(r.reward)} · ${r.prompt_len} prompt + ${r.completion_len} completion tokens · versions ${range(r.versions)} · staleness ${range(r.staleness)}`),
+    el("p", { class: "muted" }, have.length ? ["Completion tokens coloured by ", by ? SOURCES.find((s) => s[0] === by)[1] : "", ": 0 ",
+      el("span", { class: "scale" }), " −6 nats and below; hover a token for its values. ", pick] :
+      "No log-probabilities recorded for this trajectory."),
+    r.divergent_token !== undefined ? el("p", { class: "divergence" }, `The replay's first divergent stage differs most at completion token ${r.divergent_token} (outlined).`) : null,
+    tokens);
+  paint();
+  box.scrollIntoView({ behavior: "smooth", block: "start" });
+}
+
+// -- stage report and manifest ----------------------------------------------------------------
+function stageReport() {
+  const sr = R && R.stage_report;
+  if (!sr) return;
+  const box = document.getElementById("stages");
+  box.hidden = false;
+  const by = (s) => {
+    if (isNum(s.max_abs_diff)) return `max abs diff ${fmt(s.max_abs_diff)}, rel ${fmt(s.max_rel_diff)} at ${JSON.stringify(s.position)}`;
+    if (isNum(s.abs_diff)) return `recorded ${fmt(s.recorded, 8)}, replayed ${fmt(s.replayed, 8)} (abs diff ${fmt(s.abs_diff)})`;
+    if (isNum(s.rel_diff)) return `recorded ${fmt(s.recorded, 8)}, replayed ${fmt(s.replayed, 8)} (rel diff ${fmt(s.rel_diff)})`;
+    return "";
+  };
+  add(box, el("h2", {}, `Stage report of step ${sr.step} (first divergent step)`),
+    sr.line ? el("p", {}, sr.line) : el("p", { class: "muted" }, "The replay compared no stage digests at this step (stages.json absent)."),
+    el("table", { id: "stage-table" },
+      el("tr", {}, ["stage", "status", "where", "by how much", "differing / compared"].map((h) => el("th", {}, h))),
+      sr.stages.map((s) => el("tr", { class: s.status === "differs" ? "differs" : null },
+        el("td", {}, s.stage), el("td", { style: s.status === "differs" ? "color:var(--pin);font-weight:600" : null }, s.status),
+        el("td", {}, s.where || ""), el("td", {}, by(s)),
+        el("td", { class: "num" }, s.compared !== undefined ? `${s.differing || 0} / ${s.compared}` : "")))));
+}
+function manifest() {
+  const m = D.manifest;
+  const kv = (obj) => el("table", { class: "kv" }, Object.entries(obj).map(([k, v]) =>
+    el("tr", {}, el("td", {}, k), el("td", {}, v === null || v === undefined ? "–" : typeof v === "object" ? JSON.stringify(v) : String(v)))));
+  add(document.getElementById("manifest"), el("h2", {}, "Manifest"),
+    kv({ experiment: m.experiment, trial: m.trial, created: m.created, "format version": m.format_version,
+      ...m.versions, recording: D.recording }),
+    el("h2", {}, "Layout"), kv(m.layout),
+    el("h2", {}, "Determinism settings of the dump run"), Object.keys(m.determinism || {}).length ? kv(m.determinism) : el("p", { class: "muted" }, "not recorded"),
+    el("details", {}, el("summary", {}, "the whole recorded config"), el("pre", { class: "config" }, JSON.stringify(m.config, null, 1))));
+}
+
+header(); verdict(); notes(); legend(); charts(); steps(); stageReport(); manifest();

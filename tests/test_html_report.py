@@ -1,0 +1,339 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``areal-debug report``: the self-contained HTML page of a run or a replay.
+
+The page is checked as a file (self-contained, its data, --steps and the cap) and,
+where Debian's chromium is installed, in a real headless browser for what a person
+sees: the decoded prompt, every step, the divergence marker, a step's trajectories
+and a trajectory's coloured tokens. The process-level tests read the session's
+``spmd_d1`` recording and its replay ``spmd_d1_replay`` (a copy of that replay's
+report, edited, stands for a divergent replay); none starts a process of its own.
+"""
+
+import json
+import os
+import re
+
+import pytest
+from support.browser import needs_browser, open_page
+from test_cli_inspect import record_with_stats, report_path, run_json
+
+from areal_debug import cli
+from areal_debug.cli import main
+from areal_debug.compare.report import (
+    REPORT_NAME,
+    ReplayReport,
+    StepComparison,
+    TopologyChange,
+)
+from areal_debug.compare.statistics import compare_values
+from areal_debug.inspect import html_report
+from areal_debug.recording.reader import RecordingReader
+from areal_debug.recording.writer import RecordingWriter
+
+MAX_PAGE_BYTES = 5 * 2**20
+GRAD_NORM = "ppo_actor/update/grad_norm"
+
+
+def page_data(path) -> dict:
+    """The JSON the page carries (what its script draws)."""
+    text = open(path, encoding="utf-8").read()
+    found = re.search(
+        r'<script type="application/json" id="report-data">(.*?)</script>', text, re.S
+    )
+    assert "<" not in found.group(1)  # recorded texts cannot end the element
+    return json.loads(found.group(1))
+
+
+def assert_self_contained(path) -> None:
+    text = open(path, encoding="utf-8").read()
+    assert os.path.getsize(path) < MAX_PAGE_BYTES
+    # Nothing the browser would fetch: no external script, style, image or link.
+    assert not re.search(r"<script[^>]*\bsrc=", text, re.I)
+    assert not re.search(r"<link\b", text, re.I)
+    assert not re.search(r"""\b(src|href)\s*=\s*["']?(https?:)?//""", text, re.I)
+    assert not re.search(r"@import|url\(\s*['\"]?https?:", text, re.I)
+
+
+def divergent_report(rec: str, out_dir, step: int, stage: dict | None = None) -> str:
+    """A replay report of ``rec`` whose ``step`` diverged (grad norm doubled, and
+    ``stage`` as its first differing stage), every step before identical."""
+    reader = RecordingReader(rec)
+    steps = []
+    for s in reader.available_steps():
+        stats = reader.recorded_stats(s) or {}
+        metrics = {}
+        for name, value in stats.items():
+            replayed = value * 2 if (s == step and name == GRAD_NORM) else value
+            metrics[name] = compare_values(value, replayed, 0.0, 0.0)
+        diverged = s == step
+        stages = {
+            name: {"status": "identical", "compared": 1, "differing": 0}
+            for name in ("logp", "loss", "grads", "weights")
+        }
+        if diverged and stage:
+            stages[stage["stage"]] = {"status": "differs", **stage}
+        steps.append(
+            StepComparison(
+                s, "diverged" if diverged else "identical", metrics, {}, stages
+            )
+        )
+    report = ReplayReport(rec, 0.0, 0.0, TopologyChange("spmd", "spmd", 1, 1, 1, 1))
+    report.steps = steps
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(str(out_dir), REPORT_NAME)
+    with open(path, "w") as f:
+        json.dump(report.to_json(), f)
+    return path
+
+
+def keep_stage_tensors(rec: str, steps) -> None:
+    """Add the per-token stage tensors a ``debug.record_stage_tensors`` dump keeps
+    (one rank, one tensor per trajectory dict) to a recording's steps."""
+    w = RecordingWriter(rec, shard=0, num_shards=1, steps_per_epoch=10)
+    reader = RecordingReader(rec)
+    for step in steps:
+        (traj,) = reader.load_shard(step, 0)
+        tensors = {
+            "rank 0/logp/trajectory 0": traj["logprobs"] - 0.5,
+            "rank 0/ref_logp/trajectory 0": traj["logprobs"] - 1.0,
+        }
+        stages = {"ranks": [{"logp": {"trajectory 0": ["0" * 32, None]}}]}
+        w.submit_stages(step, {**stages, "global": {}}, tensors)
+    w.close()
+
+
+# -- the page as a file --------------------------------------------------------------
+def test_the_page_is_one_self_contained_file_with_the_run(tmp_path, capsys):
+    rec, out = str(tmp_path / "rec"), tmp_path / "run.html"
+    record_with_stats(rec, steps=4, anomaly_at=2, incomplete=4)
+    rc, result = run_json(capsys, "report", rec, "-o", str(out))
+    assert rc == 0 and result["path"] == str(out) and result["steps"] == [0, 1, 2, 3]
+    assert result["bytes"] == os.path.getsize(out)
+    assert_self_contained(out)
+    data = page_data(out)
+    assert [m["name"] for m in data["metrics"]][:2] == [
+        "ppo_actor/update/actor_loss/avg",
+        GRAD_NORM,
+    ]
+    assert data["anomalies"] == [
+        {"step": 2, "reasons": ["ppo_actor/update/grad_norm is nan"]}
+    ]
+    assert data["incomplete"] == [4] and data["series"]["2"][GRAD_NORM] == "nan"
+    step = data["details"]["1"]
+    assert step["num_trajectories"] == 2 and step["left_out"] == 0
+    rewards = [r["reward"] for r in step["rows"]]
+    assert step["groups"][0]["mean"] == pytest.approx(sum(rewards) / 2)
+    # No tokenizer named by this recording: token ids, and a note saying what to do.
+    assert data["tokenizer"]["loaded"] is False
+    assert "--tokenizer PATH" in data["notes"][0]
+    assert step["rows"][0]["completion"].startswith("<")
+    # The words of the command's output.
+    assert main(["report", rec, "-o", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"wrote {out}" in text and "steps 0-3" in text and "8 shown" in text
+
+
+def test_steps_and_the_cap_keep_large_recordings_small(tmp_path, capsys):
+    rec, out = str(tmp_path / "rec"), tmp_path / "part.html"
+    record_with_stats(rec, steps=4, anomaly_at=2, incomplete=4)
+    argv = ["report", rec, "-o", str(out), "--steps", "1-2", "--max-per-step", "1"]
+    rc, result = run_json(capsys, *argv, "--max-tokens", "3")
+    assert rc == 0 and result["steps"] == [1, 2]
+    assert result["trajectories"] == 2 and result["trajectories_left_out"] == 2
+    data = page_data(out)
+    assert sorted(data["details"]) == ["1", "2"] and data["incomplete"] == []
+    assert sorted(data["series"]) == ["1", "2"]
+    row = data["details"]["1"]["rows"][0]
+    assert data["details"]["1"]["left_out"] == 1
+    assert len(row["tokens"]) == len(row["logp"]) == 3 and row["tokens_left_out"] == 2
+    # Group statistics still count the trajectories left out.
+    assert data["details"]["1"]["groups"][0]["n"] == 2
+    assert main(argv) == 0
+    assert "2 left out (--max-per-step)" in capsys.readouterr().out
+    # The CLI's defaults are the module's (the CLI does not import it: torch).
+    assert cli.REPORT_MAX_PER_STEP == html_report.DEFAULT_MAX_PER_STEP
+    assert cli.REPORT_MAX_TOKENS == html_report.DEFAULT_MAX_TOKENS
+
+
+def test_a_divergent_replay_and_the_kept_stage_tensors(tmp_path, capsys):
+    rec, out = str(tmp_path / "rec"), tmp_path / "replay.html"
+    record_with_stats(rec, steps=4, anomaly_at=9, incomplete=4)
+    keep_stage_tensors(rec, [0, 1, 2, 3])
+    stage = {"stage": "logp", "where": "trajectory 0", "position": [1, 3]}
+    stage.update(max_abs_diff=0.25, max_rel_diff=0.1, differing=1, compared=1)
+    report = divergent_report(rec, tmp_path / "logs" / "lp", 1, stage)
+    rc, result = run_json(
+        capsys, "report", rec, os.path.dirname(report), "-o", str(out)
+    )
+    assert rc == 0 and result["first_divergence"] == [1, GRAD_NORM]
+    data = page_data(out)
+    replay = data["replay"]
+    assert replay["label"] == "replay lp" and replay["status"]["1"] == "diverged"
+    assert replay["series"]["1"][GRAD_NORM] == 2 * data["series"]["1"][GRAD_NORM]
+    first = replay["stage_report"]
+    assert first["step"] == 1 and first["stages"][0]["stage"] == "logp"
+    assert first["stages"][0]["where"] == "trajectory 0"
+    assert "logp differs first at trajectory 0" in first["line"]
+    # Recorded vs the kept stage tensors on each token, the divergent one named.
+    rows = data["details"]["1"]["rows"]
+    assert rows[1]["divergent_token"] == 3 and "divergent_token" not in rows[0]
+    for row in rows:
+        assert [a - b for a, b in zip(row["logp"], row["stage_logp"])] == [500] * 5
+        assert [a - b for a, b in zip(row["logp"], row["stage_ref_logp"])] == [1000] * 5
+    assert_self_contained(out)
+
+
+@pytest.mark.parametrize(
+    "argv, code, message",
+    [
+        (["report", "{missing}", "-o", "{out}"], 2, "does not exist"),
+        (["report", "{tmp}", "-o", "{out}"], 1, "is not a recording"),
+        (["report", "{rec}", "{tmp}", "-o", "{out}"], 1, "is not a replay report"),
+        (["report", "{rec}", "-o", "{out}", "--steps", "7"], 1, "names no complete"),
+    ],
+)
+def test_bad_input_is_one_clear_line(tmp_path, capsys, argv, code, message):
+    rec = str(tmp_path / "rec")
+    record_with_stats(rec, steps=2, anomaly_at=9, incomplete=2)
+    values = dict(
+        missing=str(tmp_path / "nope"), out=str(tmp_path / "p.html"), tmp=str(tmp_path)
+    )
+    assert main([a.format(rec=rec, **values) for a in argv]) == code
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not os.path.exists(values["out"])
+
+
+# -- in a real browser ---------------------------------------------------------------
+def coloured_tokens(page) -> list[str]:
+    return page.eval_on_selector_all(
+        "#tokens .tok", "els => els.map(e => getComputedStyle(e).backgroundColor)"
+    )
+
+
+@needs_browser
+def test_the_page_in_a_browser_small_recording(tmp_path):
+    rec, out = str(tmp_path / "rec"), tmp_path / "replay.html"
+    record_with_stats(rec, steps=4, anomaly_at=2, incomplete=4)
+    keep_stage_tensors(rec, [0, 1, 2, 3])
+    report = divergent_report(rec, tmp_path / "logs" / "lr", 3)
+    html_report.build_report(rec, report, str(out))
+    with open_page(str(out)) as page:
+        assert page.errors == [] and page.outside_requests == []
+        buttons = page.locator("#steps .stepbtn").all_inner_texts()
+        assert buttons == ["step 0", "step 1", "step 2", "step 3", "4 (incomplete)"]
+        assert "First divergence: step 3" in page.inner_text("#first-divergence")
+        assert page.locator(".divergence-line").count() == 7  # one per chart
+        assert page.locator("path.pin").count() == 7
+        page.click(".stepbtn[data-step='3']")
+        assert page.locator("#traj-rows tr").count() == 2
+        # Filter and sort as a person would: reward below x, longest first.
+        page.fill(".filters input >> nth=0", "-1")
+        assert page.locator("#traj-rows tr").count() == 0
+        page.fill(".filters input >> nth=0", "")
+        page.click("#traj-table th[data-key='reward']")
+        rewards = page.locator("#traj-rows tr td:nth-child(3)").all_inner_texts()
+        assert [float(r) for r in rewards] == sorted(map(float, rewards), reverse=True)
+        page.click("#traj-rows tr >> nth=0")
+        colours = coloured_tokens(page)
+        assert len(colours) == 5 and "rgba(0, 0, 0, 0)" not in colours
+        # Three sources to colour by: generation, recomputed and reference log-probs.
+        assert page.locator("#traj select option").count() == 3
+
+
+@pytest.mark.areal
+def test_report_of_the_suites_recording_and_its_replay(
+    spmd_d1, spmd_d1_replay, tmp_path
+):
+    assert spmd_d1_replay.returncode == 0, spmd_d1_replay.log[-3000:]
+    out = tmp_path / "replay.html"
+    result = html_report.build_report(
+        spmd_d1.path, report_path(spmd_d1.workdir), str(out)
+    )
+    assert result.first_divergence is None and result.tokenizer is not None
+    assert result.bytes < MAX_PAGE_BYTES
+    assert_self_contained(out)
+    data = page_data(out)
+    assert data["steps"] == list(range(5)) and data["manifest"]["trial"] == "t0"
+    row = data["details"]["2"]["rows"][0]
+    assert data["details"]["2"]["prompts"][row["prompt"]].startswith("user: what is")
+    assert row["versions"] == [2, 2] and row["staleness"] == [0, 0]
+    if (why := browser_missing()) is not None:
+        pytest.skip(why)
+    with open_page(str(out)) as page:
+        assert page.errors == [] and page.outside_requests == []
+        assert "identical" in page.inner_text("#verdict")
+        buttons = page.locator("#steps .stepbtn").all_inner_texts()
+        assert buttons == [f"step {s}" for s in range(5)]
+        page.click(".stepbtn[data-step='2']")
+        assert page.locator("#traj-rows tr").count() == 32  # 8 prompts x 4 samples
+        assert "user: what is" in page.inner_text("#traj-table")
+        page.click("#traj-rows tr >> nth=0")
+        assert "user: what is" in page.inner_text("#tokens")
+        assert len(coloured_tokens(page)) == row["completion_len"]
+
+
+@pytest.mark.areal
+def test_report_of_a_divergent_replay_of_the_suites_recording(
+    spmd_d1, spmd_d1_replay, tmp_path
+):
+    """The replay's report, edited as a replay with a changed learning rate reads
+    (its loss first differs at step 3): the page marks and names that step."""
+    assert spmd_d1_replay.returncode == 0, spmd_d1_replay.log[-3000:]
+    data = json.load(open(report_path(spmd_d1.workdir)))
+    edited = tmp_path / "logs" / "lr"
+    edited.mkdir(parents=True)
+    stage = {
+        "stage": "loss",
+        "where": "mini-batch 0 micro-batch 0",
+        "mini_batch": 0,
+        "recorded": -0.03,
+        "replayed": -0.05,
+        "abs_diff": 0.02,
+        "differing": 2,
+        "compared": 4,
+    }
+    path = divergent_report(spmd_d1.path, edited, 3, stage)
+    report = json.load(open(path))
+    assert report["recording"] == data["recording"]
+    out = tmp_path / "lr.html"
+    result = html_report.build_report(spmd_d1.path, str(edited), str(out))
+    assert result.first_divergence == (3, GRAD_NORM)
+    if (why := browser_missing()) is not None:
+        pytest.skip(why)
+    with open_page(str(out)) as page:
+        assert page.errors == []
+        marker = page.inner_text("#first-divergence")
+        assert "First divergence: step 3" in marker and GRAD_NORM in marker
+        assert "First divergent stage: loss at mini-batch 0 micro-batch 0" in marker
+        charts = page.locator(".chart").count()
+        assert charts >= 6 and page.locator(".divergence-line").count() == charts
+        assert "diverged" in page.get_attribute(".stepbtn[data-step='3']", "class")
+        stages = page.inner_text("#stage-table")
+        assert "loss" in stages and "differs" in stages and "abs diff 0.02" in stages
+        page.click(".stepbtn[data-step='3']")
+        assert "user: what is" in page.inner_text("#traj-table")
+
+
+def browser_missing() -> str | None:
+    from support.browser import missing_browser
+
+    return missing_browser()
+
+
+def test_the_readme_screenshot_is_committed():
+    shot = os.path.join(os.path.dirname(__file__), "..", "docs", "report.png")
+    assert os.path.getsize(shot) < 400_000
+    assert (
+        "docs/report.png"
+        in open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
+    )
+
+
+def test_report_has_help_with_examples(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["report", "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "examples:" in out and "areal-debug report REC" in out
+    assert "--max-per-step" in out and "--steps" in out
