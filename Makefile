@@ -38,7 +38,8 @@ $(STAMP): pyproject.toml requirements/cpu.txt requirements/constraints-cpu.txt $
 	touch $(STAMP)
 
 # The tests never install anything on the system: those that need mkfs.xfs and
-# root (tests/test_reflinks.py) say so when skipped; .ci/run installs xfsprogs.
+# root (tests/test_reflinks.py) or a headless chromium (tests/test_html_report.py)
+# say so when skipped; .ci/run installs xfsprogs and chromium.
 PYTEST := OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=15
 
 test: setup
@@ -62,6 +63,7 @@ bench: setup
 	$(PY) benchmarks/kept_checkpoint_disk.py
 	OMP_NUM_THREADS=1 $(PY) benchmarks/compression.py
 	OMP_NUM_THREADS=1 $(PY) benchmarks/fetch_overhead.py
+	OMP_NUM_THREADS=1 $(PY) benchmarks/html_report.py
 	d=$$(mktemp -d) && OMP_NUM_THREADS=1 $(PY) benchmarks/replay_wait.py --workdir $$d && OMP_NUM_THREADS=1 $(PY) benchmarks/stage_digest_cost.py --workdir $$d --reuse; s=$$?; rm -rf $$d; exit $$s
 
 reliability: setup

@@ -1,10 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
 """How long the ``areal-debug`` command takes to answer, against its targets.
 
-Each command runs as a user types it (a fresh interpreter), several times; the
-figure is the median wall time. ``--help`` and ``ls`` read no payload, so they must
-import neither AReaL nor torch; ``show`` loads a payload, so torch's own import
-time (measured the same way, in the same run) is subtracted from it.
+Each command runs as a user types it (a fresh interpreter), several times after
+a warm-up run that is dropped (it fills the page cache and writes bytecode); the
+figure is the median wall time, with its range. ``--help`` and ``ls`` read no
+payload, so they must import neither AReaL nor torch; ``show`` loads a payload,
+so torch's own import time is subtracted from it: each repetition times ``show``
+and ``python -c "import torch"`` back to back, in alternating order, and the
+figure is the median of those differences.
 
     python benchmarks/cli_startup.py [--runs N]
 """
@@ -20,21 +23,18 @@ import sys
 import tempfile
 import time
 
-from figures import figure
+from figures import median_figure, paired, repeat
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "..", "tests", "fixtures", "recording-v1")
 CLI = [sys.executable, "-m", "areal_debug.cli"]
 
 
-def seconds(cmd: list[str], runs: int) -> tuple[float, float]:
-    """Median and spread (max - min) of ``cmd``'s wall time over ``runs`` runs."""
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), max(times) - min(times)
+def seconds(cmd: list[str]) -> float:
+    """``cmd``'s wall time, run once."""
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
 
 
 def main() -> int:
@@ -44,22 +44,34 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as root:
         recording = os.path.join(root, "tiny", "t0", "areal_debug_recording")
         shutil.copytree(FIXTURE, recording)
-        help_s, help_spread = seconds([*CLI, "--help"], args.runs)
-        ls_s, ls_spread = seconds([*CLI, "ls", root], args.runs)
-        show_s, show_spread = seconds(
-            [*CLI, "show", recording, "--step", "0"], args.runs
+        help_s = repeat(lambda _: seconds([*CLI, "--help"]), args.runs)
+        ls_s = repeat(lambda _: seconds([*CLI, "ls", root]), args.runs)
+        show = [*CLI, "show", recording, "--step", "0"]
+        torch_import = [sys.executable, "-c", "import torch"]
+        pairs = repeat(
+            lambda i: paired(i, lambda: seconds(torch_import), lambda: seconds(show)),
+            args.runs,
         )
-        torch_s, torch_spread = seconds(
-            [sys.executable, "-c", "import torch"], args.runs
-        )
-    print(f"# median of {args.runs} runs each; spread (max - min) in brackets")
-    print(f"# import torch alone: {torch_s:.3f} s [{torch_spread:.3f}]")
-    print(f"# show: {show_s:.3f} s [{show_spread:.3f}]")
-    print(figure("cli_help_seconds", help_s, "<=", 0.5) + f" [{help_spread:.3f}]")
-    print(figure("cli_ls_seconds", ls_s, "<=", 1.0) + f" [{ls_spread:.3f}]")
+    torch_s = [t for t, _ in pairs]
+    show_s = [s for _, s in pairs]
+    print(f"# {args.runs} runs each after a dropped warm-up run")
     print(
-        figure("cli_show_seconds_minus_torch_import", show_s - torch_s, "<=", 1.0)
-        + f" [{show_spread:.3f}]"
+        f"# import torch alone: {statistics.median(torch_s):.3f} s "
+        f"(range {min(torch_s):.3f}-{max(torch_s):.3f})"
+    )
+    print(
+        f"# show: {statistics.median(show_s):.3f} s "
+        f"(range {min(show_s):.3f}-{max(show_s):.3f})"
+    )
+    print(median_figure("cli_help_seconds", help_s, "<=", 0.5))
+    print(median_figure("cli_ls_seconds", ls_s, "<=", 1.0))
+    print(
+        median_figure(
+            "cli_show_seconds_minus_torch_import",
+            [s - t for t, s in pairs],
+            "<=",
+            1.0,
+        )
     )
     return 0
 

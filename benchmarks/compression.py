@@ -5,8 +5,9 @@ Builds a realistically padded RLVR batch (benchmarks/rlvr_batch.py; default 64
 prompts x 8 samples), stores it through the real RecordingWriter with each codec and
 zstd level, and prints the stored bytes as a ratio to an uncompressed torch.save of
 the same batch, the compression speed, and whether the round trip is bitwise.
-Figures are printed as ``NAME: VALUE (target OP VALUE) ok|MISS``; lines starting
-with ``#`` are context.
+Figures are printed as ``NAME: VALUE (target OP VALUE) ok|MISS``, measured once:
+stored bytes and a bitwise round trip do not vary from run to run (the speeds,
+which do, are context); lines starting with ``#`` are context.
 
     .venv/bin/python benchmarks/compression.py [--prompts 64] [--group 8]
 """

@@ -4,8 +4,8 @@
 On a realistic RLVR rollout batch (default 128 prompts x 4 samples = 512 sequences
 of 2048 tokens, ~17 MiB), through the real RecordingWriter:
 
-- ``dump_blocking_vs_sync_save[PATH]``: the median time the training thread spends
-  in ``submit_batch`` per step, over a synchronous ``torch.save`` of the same batch,
+- ``dump_blocking_vs_sync_save[PATH]``: the time the training thread spends in
+  ``submit_batch`` per step, over a synchronous ``torch.save`` of the same batch,
   for the two cases the dump distinguishes: ``accelerator`` (AReaL trains on device
   copies; containers are copied) and ``cpu`` (the trainer uses the engine's own
   tensors; they are copied on a copier thread, checked by version counters);
@@ -14,10 +14,18 @@ of 2048 tokens, ~17 MiB), through the real RecordingWriter:
   write+fsync speed of the same disk for the same bytes, measured here;
 - ``python_loop_slowdown_while_writing[PATH]``: how much slower a Python-heavy
   stand-in for the training loop runs while the writer is busy with a step than
-  just before (median over 30 steps; the writer must not starve the training
-  thread of the GIL).
+  in the idle windows just before and after it (the writer must not starve the
+  training thread of the GIL).
 
-Figures: ``NAME: VALUE (target OP VALUE) ok|MISS``; ``#`` lines are context.
+Each figure is the median over paired repetitions (benchmarks/figures.py): per
+step, the synchronous save, the raw write+fsync and the recorded step run back to
+back, in alternating order, a warm-up step dropped; the loop figure pairs each
+busy window with the idle windows around it. Every file timed is fsynced (untimed
+where the baseline does not fsync) and removed, so that the kernel's writeback of
+one measurement never lands in the next.
+
+Figures: ``NAME: VALUE (median of N, range LO to HI; target OP VALUE) ok|MISS``; ``#``
+lines are context.
 
     .venv/bin/python benchmarks/dump_overhead.py [--prompts 128] [--group 4] [--seqlen 2048]
 """
@@ -36,11 +44,15 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from figures import figure  # noqa: E402
+from figures import median_figure, paired, repeat  # noqa: E402
 
 from areal_debug.recording.writer import RecordingWriter, write_manifest  # noqa: E402
 
 PATHS = (("accelerator", False), ("cpu", True))
+# This VM's disk writes and fsyncs 17 MiB at its own speed, ~270-360 MiB/s, or,
+# in phases, at its host's cache speed, ~850-1700 MiB/s (the fsync returns before
+# the bytes reach a disk): a raw write faster than this was the host's cache.
+HOST_CACHE_MIB_S = 600.0
 
 
 def rlvr_batch(prompts: int, group: int, seqlen: int, seed: int = 0) -> list[dict]:
@@ -90,51 +102,77 @@ def new_writer(
     )
 
 
-def sync_save_seconds(root: str, batch, steps: int) -> float:
-    times = []
-    for i in range(steps):
-        t0 = time.perf_counter()
-        torch.save(batch, os.path.join(root, f"sync-{i}.pt"))
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+def sync_save_seconds(path: str, batch) -> float:
+    """A synchronous ``torch.save`` of ``batch``: what the training thread would
+    pay saving inline (into the page cache, no fsync). Its pages are then written
+    out and the file removed, untimed, so that no dirty pages of it are left for
+    the kernel to write back during the next measurement."""
+    t0 = time.perf_counter()
+    torch.save(batch, path)
+    took = time.perf_counter() - t0
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
+    os.remove(path)
+    return took
 
 
 def raw_write_seconds(path: str, data: bytes) -> float:
-    """Write+fsync of ``data`` to a new file: what the disk itself does."""
+    """Write+fsync of ``data`` to a new file: what the disk itself does (the file
+    is removed afterwards, untimed)."""
     t0 = time.perf_counter()
     with open(path, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-    return time.perf_counter() - t0
+    took = time.perf_counter() - t0
+    os.remove(path)
+    return took
 
 
 def time_dump(
-    path: str, batch, raw: bytes, steps: int, clone: bool
-) -> tuple[float, float, float]:
-    """Medians per step: (blocked on the training thread, background write, raw
-    write+fsync of the same bytes over the background write).
+    path: str, batch, raw: bytes, steps: int, clone: bool, cache_mib_s: float
+) -> list[tuple[float, float, float, float, bool]]:
+    """Per step (a warm-up step dropped): (blocked on the training thread over a
+    synchronous torch.save, the raw write+fsync of the same bytes over the
+    background write, blocked seconds, background write seconds, whether the raw
+    write ran at the host's cache speed, faster than ``cache_mib_s``).
 
-    Each step's raw write runs right before it, so both see the same disk (a
-    virtual disk here alternates between its host's cache speed and its own).
+    Each step is one paired repetition: the synchronous save, the raw write and
+    the recorded step run back to back, the recorded step last on even steps and
+    first on odd ones, so that both sides of each ratio see the same disk and a
+    drift over the run cancels. This VM's disk alternates between its host's
+    cache speed and its own: steps are added (up to 3x ``steps``) until
+    ``steps`` of them saw the disk itself.
     """
-    writer = new_writer(path, steps, clone)
-    blocked, write_times, ratios = [], [], []
-    for i in range(steps):
-        disk = raw_write_seconds(f"{path}.raw-{i}.bin", raw)
+    writer = new_writer(path, 3 * steps + 1, clone)
+
+    def recorded(i: int) -> tuple[float, float]:
         t0 = time.perf_counter()
         writer.submit_batch(i, batch)
         t1 = time.perf_counter()
         writer.flush()  # stands in for the training step, while the writer works
-        blocked.append(t1 - t0)
-        write_times.append(time.perf_counter() - t1)
-        ratios.append(disk / write_times[-1])
+        return t1 - t0, time.perf_counter() - t1
+
+    def baselines(i: int) -> tuple[float, float]:
+        return (
+            sync_save_seconds(f"{path}.sync-{i}.pt", batch),
+            raw_write_seconds(f"{path}.raw-{i}.bin", raw),
+        )
+
+    def step(i: int) -> tuple[float, float, float, float, bool]:
+        (sync, disk), (blocked, write) = paired(
+            i, lambda: baselines(i), lambda: recorded(i)
+        )
+        cached = len(raw) / disk / 2**20 > cache_mib_s
+        return blocked / sync, disk / write, blocked, write, cached
+
+    out = repeat(step, steps)
+    i = steps + 1
+    while sum(not s[4] for s in out) < steps and i <= 3 * steps:
+        out.append(step(i))
+        i += 1
     writer.close()
-    return (
-        statistics.median(blocked),
-        statistics.median(write_times),
-        statistics.median(ratios),
-    )
+    return out
 
 
 def runqueue_wait() -> float | None:
@@ -162,50 +200,61 @@ def python_chunk(n: int = 2000, cpu: list | None = None) -> float:
 
 def loop_slowdown(
     path: str, batch, steps: int, clone: bool, writer_process: bool = True
-) -> tuple[float, float, float, float | None, float, float]:
+) -> tuple[list[float], float, float, float | None, float, float]:
     """How much slower the Python chunks run while the writer is busy with a
-    step than in the idle window just before it: the median over steps of the
-    per-step ratio minus 1 (idle and busy windows alternate, so each pair sees
-    the same machine; this VM's other tenants come and go, and a median is not
-    moved by the few windows they hit). Also: the same ratio pooled over all
-    steps; the part of it the loop spent not running (waiting for the GIL or a
-    core: wall minus thread CPU time), and of that the part spent waiting for a
-    core (None where the kernel does not say); the writer's time per step beside
-    that loop (the other side of the GIL); the loop time lost per step."""
+    step than in the idle windows just before and just after it: per step, the
+    ratio minus 1 (the idle windows on both sides of each busy one, so that each
+    pair sees the same machine and a drift over the window cancels; this VM's
+    other tenants come and go, and a median over steps is not moved by the few
+    windows they hit). Also: the same ratio pooled over all steps; the part of it
+    the loop spent not running (waiting for the GIL or a core: wall minus thread
+    CPU time), and of that the part spent waiting for a core (None where the
+    kernel does not say); the writer's time per step beside that loop (the other
+    side of the GIL); the loop time lost per step."""
     writer = new_writer(path, steps + 1, clone, writer_process)
     writer.submit_batch(0, batch)  # the writer process is up before measuring
     writer.flush()
-    ratios: list[float] = []
-    alone: list[float] = []
-    busy: list[float] = []
+
+    def idle_window() -> list[float]:
+        chunks: list[float] = []
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 0.06:
+            chunks.append(python_chunk())
+        return chunks
+
+    idle = [idle_window()]
+    busy: list[list[float]] = []
     busy_cpu: list[float] = []
     busy_time = 0.0
     queued: float | None = 0.0
     for i in range(1, steps + 1):
-        before, during = len(alone), len(busy)
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < 0.06:
-            alone.append(python_chunk())
         t0 = time.perf_counter()
         writer.submit_batch(i, batch)
         q0 = runqueue_wait()
+        chunks: list[float] = []
         # unfinished_tasks: jobs queued or being written (Queue's own counter).
         while writer._queue.unfinished_tasks:
-            busy.append(python_chunk(cpu=busy_cpu))
+            chunks.append(python_chunk(cpu=busy_cpu))
         q1 = runqueue_wait()
         queued = None if None in (queued, q0, q1) else queued + q1 - q0
         busy_time += time.perf_counter() - t0
-        if len(busy) > during:
-            idle_mean = statistics.fmean(alone[before:])
-            ratios.append(statistics.fmean(busy[during:]) / idle_mean - 1.0)
+        busy.append(chunks)
+        idle.append(idle_window())
     writer.close()
+    ratios = [
+        statistics.fmean(during) / statistics.fmean(before + after) - 1.0
+        for before, during, after in zip(idle, busy, idle[1:])
+        if during
+    ]
+    alone = [c for window in idle for c in window]
+    busy_all = [c for window in busy for c in window]
     alone_mean = statistics.fmean(alone)
-    waiting = (sum(busy) - sum(busy_cpu)) / len(busy) / alone_mean
+    waiting = (sum(busy_all) - sum(busy_cpu)) / len(busy_all) / alone_mean
     if queued is not None:
-        queued = queued / len(busy) / alone_mean
-    pooled = statistics.fmean(busy) / alone_mean - 1.0
-    lost = (sum(busy) - len(busy) * alone_mean) / steps
-    return statistics.median(ratios), pooled, waiting, queued, busy_time / steps, lost
+        queued = queued / len(busy_all) / alone_mean
+    pooled = statistics.fmean(busy_all) / alone_mean - 1.0
+    lost = (sum(busy_all) - len(busy_all) * alone_mean) / steps
+    return ratios, pooled, waiting, queued, busy_time / steps, lost
 
 
 def main(argv=None) -> int:
@@ -213,7 +262,16 @@ def main(argv=None) -> int:
     ap.add_argument("--prompts", type=int, default=128)
     ap.add_argument("--group", type=int, default=4)
     ap.add_argument("--seqlen", type=int, default=2048)
-    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=15, help="paired steps per path")
+    ap.add_argument(
+        "--loop-steps", type=int, default=40, help="busy windows per path (GIL figure)"
+    )
+    ap.add_argument(
+        "--host-cache-mib-s",
+        type=float,
+        default=HOST_CACHE_MIB_S,
+        help="a raw write+fsync faster than this was taken by the host's cache",
+    )
     ap.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
     args = ap.parse_args(argv)
     logging.getLogger("DebugDump").setLevel(logging.WARNING)
@@ -223,13 +281,22 @@ def main(argv=None) -> int:
     torch.save(batch, buf)
     raw = buf.getvalue()
     with tempfile.TemporaryDirectory(dir=args.dir) as root:
-        sync = sync_save_seconds(root, batch, args.steps)
+        os.sync()  # nothing written before is left for writeback to do meanwhile
         dumps = {
-            name: time_dump(os.path.join(root, name), batch, raw, args.steps, clone)
+            name: time_dump(
+                os.path.join(root, name),
+                batch,
+                raw,
+                args.steps,
+                clone,
+                args.host_cache_mib_s,
+            )
             for name, clone in PATHS
         }
         slowdowns = {
-            name: loop_slowdown(os.path.join(root, f"gil-{name}"), batch, 30, clone)
+            name: loop_slowdown(
+                os.path.join(root, f"gil-{name}"), batch, args.loop_steps, clone
+            )
             for name, clone in PATHS
         }
         # What the writer process saves: the same loop beside the writer thread.
@@ -238,29 +305,74 @@ def main(argv=None) -> int:
         )
     print(
         f"# batch: {args.prompts * args.group} sequences x {args.seqlen} tokens, "
-        f"{len(raw) / 2**20:.1f} MiB torch.save, median of {args.steps} steps; "
-        f"synchronous torch.save {sync * 1e3:.1f} ms"
+        f"{len(raw) / 2**20:.1f} MiB torch.save; per path at least {args.steps} "
+        "paired steps after a warm-up (synchronous save, raw write+fsync and the "
+        "recorded step back to back, in alternating order)"
     )
-    for name, (block, write, ratio) in dumps.items():
+    for name, steps in dumps.items():
+        block = statistics.median(s[2] for s in steps)
+        write = statistics.median(s[3] for s in steps)
+        sync = statistics.median(s[2] / s[0] for s in steps)
+        disk = statistics.median(s[1] * s[3] for s in steps)
         print(
-            f"# [{name}] training thread blocked {block * 1e3:.2f} ms, background "
-            f"write {write * 1e3:.1f} ms ({len(raw) / write / 2**20:.0f} MiB/s), "
-            f"raw write+fsync of the same bytes {write * ratio * 1e3:.1f} ms"
+            f"# [{name}] {len(steps)} steps: training thread blocked "
+            f"{block * 1e3:.2f} ms (synchronous "
+            f"torch.save {sync * 1e3:.1f} ms), background write {write * 1e3:.1f} ms "
+            f"({len(raw) / write / 2**20:.0f} MiB/s), raw write+fsync of the same "
+            f"bytes {disk * 1e3:.1f} ms ({len(raw) / disk / 2**20:.0f} MiB/s)"
         )
-    for name, (block, _, _) in dumps.items():
-        print(figure(f"dump_blocking_vs_sync_save[{name}]", block / sync, "<=", 0.05))
-    # The slower of the two paths (the cpu one also copies).
-    ratio = min(r for _, _, r in dumps.values())
-    print(figure("background_write_throughput_vs_raw_disk", ratio, ">=", 1.0))
-    for name, (slowdown, pooled, waiting, queued, per_step, lost) in slowdowns.items():
+    for name, steps in dumps.items():
+        print(
+            median_figure(
+                f"dump_blocking_vs_sync_save[{name}]", [s[0] for s in steps], "<=", 0.05
+            )
+        )
+    # The throughput figure compares the writer with the disk: the steps whose
+    # raw write the host's cache took are context (there the writer, compressing
+    # on 2 cores, is compared with the host's memory).
+    for name, steps in dumps.items():
+        cached = [s[1] for s in steps if s[4]]
+        if cached:
+            print(
+                f"# [{name}] {len(cached)} of {len(steps)} steps the raw write ran "
+                f"faster than {args.host_cache_mib_s:.0f} MiB/s (the host's cache, "
+                f"not the disk): writer over that {statistics.median(cached):.3f} "
+                "(median), left out of the throughput figure"
+            )
+    disk_steps = {n: [s for s in st if not s[4]] for n, st in dumps.items()}
+    # Fewer than --steps such pairs in 3x --steps: the disk stayed in its cache
+    # phase, and the few slower raw writes are stragglers of it, not the disk.
+    if all(len(st) >= args.steps for st in disk_steps.values()):
+        # The slower of the two paths (the cpu one also copies).
+        slower = min(
+            disk_steps, key=lambda n: statistics.median(s[1] for s in disk_steps[n])
+        )
+        print(f"# writer throughput: the slower path, {slower}")
+        print(
+            median_figure(
+                "background_write_throughput_vs_raw_disk",
+                [s[1] for s in disk_steps[slower]],
+                ">=",
+                1.0,
+            )
+        )
+    else:
+        print(
+            "# background_write_throughput_vs_raw_disk not measured: the host's "
+            f"cache took the raw writes (fewer than {args.steps} of "
+            f"{3 * args.steps} steps saw the disk itself: the disk's cache phase; "
+            "run again later)"
+        )
+    for name, (ratios, pooled, waiting, queued, per_step, lost) in slowdowns.items():
         split = (
             f" ({queued:.3f} waiting for a core, the rest for the GIL)"
             if queued is not None
             else " (waiting for the GIL or a core)"
         )
+        alone = statistics.median(s[3] for s in dumps[name])
         print(
             f"# [{name}] beside the Python loop the writer took {per_step * 1e3:.0f} "
-            f"ms per step ({dumps[name][1] * 1e3:.0f} ms alone), the loop losing "
+            f"ms per step ({alone * 1e3:.0f} ms alone), the loop losing "
             f"{lost * 1e3:.1f} ms of its time per step; pooled over all "
             f"steps the loop ran {pooled:.3f} slower, of which {waiting:.3f} was "
             f"time it did not run{split}, the rest its "
@@ -268,13 +380,15 @@ def main(argv=None) -> int:
             "memory bandwidth, the host)"
         )
         print(
-            figure(f"python_loop_slowdown_while_writing[{name}]", slowdown, "<=", 0.03)
+            median_figure(
+                f"python_loop_slowdown_while_writing[{name}]", ratios, "<=", 0.03
+            )
         )
     print(
         f"# [accelerator] with debug.writer_process=false (payloads stored on the "
-        f"writer thread) the same loop is slowed by {on_thread[0]:.3f} (not running: "
-        f"{on_thread[2]:.3f}), the writer taking {on_thread[4] * 1e3:.0f} ms per "
-        "step beside it"
+        f"writer thread) the same loop is slowed by {statistics.median(on_thread[0]):.3f} "
+        f"(not running: {on_thread[2]:.3f}), the writer taking "
+        f"{on_thread[4] * 1e3:.0f} ms per step beside it"
     )
     return 0
 

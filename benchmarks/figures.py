@@ -1,13 +1,71 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The one output form of every benchmark: ``NAME: VALUE (target OP VALUE) ok|MISS``.
+"""The one output form of every benchmark figure.
 
-Lines starting with ``#`` are context; a script reads the figures with
-``grep -E '^[a-z_\\[\\]]+: '``.
+A figure measured by repetition (a time, a ratio of times)::
+
+    NAME: VALUE (median of N, range LO to HI; target OP TARGET) ok|MISS
+
+VALUE is the median of N repetitions, each one paired measurement: the baseline
+and the candidate run back to back in the same repetition, in alternating order
+(``paired``), so that a slow phase of the machine falls on both and a drift over
+the run cancels; warm-up repetitions are run and dropped (``repeat``). LO to HI
+is the range of the N. ok/MISS judges the median.
+
+A figure that does not vary from run to run (a size, a count, a yes/no) is
+measured once::
+
+    NAME: VALUE (target OP TARGET) ok|MISS
+
+Lines starting with ``#`` are context. A script reads the figures with
+``grep -E '^[][a-z_0-9]+: '``: the name is before the first ``: ``, the value
+is the next field, the verdict the last.
 """
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+
+def _ok(value: float, op: str, target: float) -> str:
+    ok = value <= target if op == "<=" else value >= target
+    return "ok" if ok else "MISS"
+
 
 def figure(name: str, value: float, op: str, target: float) -> str:
-    ok = value <= target if op == "<=" else value >= target
-    return f"{name}: {value:.4g} (target {op} {target}) {'ok' if ok else 'MISS'}"
+    """A figure measured once (a size, a count, a yes/no)."""
+    return f"{name}: {value:.4g} (target {op} {target}) {_ok(value, op, target)}"
+
+
+def median_figure(name: str, values: list[float], op: str, target: float) -> str:
+    """A figure measured by repetition: the median of ``values``, with their range."""
+    value = statistics.median(values)
+    return (
+        f"{name}: {value:.4g} (median of {len(values)}, range "
+        f"{min(values):.4g} to {max(values):.4g}; target {op} {target}) "
+        f"{_ok(value, op, target)}"
+    )
+
+
+def repeat(measure: Callable[[int], T], runs: int, warmup: int = 1) -> list[T]:
+    """``measure(i)`` for ``warmup + runs`` repetitions; the first ``warmup``
+    results (imports, caches, allocators, a process starting) are dropped. ``i``
+    counts from 0 over all of them: ``paired(i, ...)`` alternates on it."""
+    out = [measure(i) for i in range(warmup + runs)]
+    return out[warmup:]
+
+
+def paired(
+    i: int, baseline: Callable[[], T], candidate: Callable[[], U]
+) -> tuple[T, U]:
+    """``(baseline(), candidate())``, run back to back: the baseline first when
+    ``i`` is even, the candidate first when it is odd."""
+    if i % 2 == 0:
+        b = baseline()
+        return b, candidate()
+    c = candidate()
+    return baseline(), c

@@ -6,7 +6,9 @@ checkpoint the way a dump run does (``checkpoints._TreeCopy``: a reflink where t
 filesystem allows it) and prints the disk space that took over a full copy's:
 
 - ``kept_checkpoint_bytes_vs_full_copy``: blocks the kept tree took, over those a
-  plain copy of the same tree took, on the same filesystem.
+  plain copy of the same tree took, on the same filesystem. Blocks, not time:
+  counted after ``os.sync()`` (delayed allocation has placed every block), so
+  neither the page cache nor the disk's speed moves it; measured once.
 
 Where no such filesystem can be made, one ``#`` line says why and no figure is
 printed (ext4, for one, has no reflinks: there the kept copy is a full copy).

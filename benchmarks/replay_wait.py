@@ -5,7 +5,9 @@ Runs the CPU demo (``areal-debug demo``: a real GRPO dump against the CPU server
 then its replay through AReaL's trainer with no inference engine) and reads the
 replay report. Each step's ``replay/wait_for_data`` is the time the loop waited on
 the recording after prefetching (the next step is read while the current one
-trains); the step time is the sum of the step's ``timeperf/*`` entries.
+trains); the step time is the sum of the step's ``timeperf/*`` entries. Each step
+is one pair (its wait, its step time); the figure is the median over the steps
+of their ratio.
 
     .venv/bin/python benchmarks/replay_wait.py [--steps 4] [--workdir DIR]
 """
@@ -20,9 +22,9 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from figures import figure  # noqa: E402
+from figures import median_figure  # noqa: E402
 
-from areal_debug.modes.replay import REPLAY_WAIT  # noqa: E402
+from areal_debug.modes.replay_comparison import REPLAY_WAIT  # noqa: E402
 from areal_debug.tooling.demo import load_report  # noqa: E402
 
 
@@ -55,9 +57,9 @@ def main(argv=None) -> int:
             f"step {t * 1e3:.0f} ms (rollout {s['timings']['timeperf/rollout'] * 1e3:.1f} ms)"
         )
     print(
-        figure(
+        median_figure(
             "replay_wait_for_data_vs_step_time",
-            sum(waits) / sum(step_times),
+            [w / t for w, t in zip(waits, step_times, strict=True)],
             "<=",
             0.01,
         )

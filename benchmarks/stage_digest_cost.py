@@ -1,18 +1,30 @@
 # SPDX-License-Identifier: Apache-2.0
 """Stage digests: what do they cost per step, measured, and extrapolated to 7B?
 
-Measured: the CPU demo's dump run (a real GRPO run through AReaL's PPOTrainer,
-tiny Qwen2) digests every stage of every step; each rank's ``stages.json``
-holds ``digest_seconds``, the wall-clock time spent digesting (the transfer to
-the host waits for the device). The step's training time is the sum of the
-stats' ``timeperf/`` entries of the stages digested: recompute_logp, ref_logp,
-critic_values, compute_advantage and train_step (the digests run inside them).
+Measured (the figure): a PPO step of the demo's tiny Qwen2 on CPU at a realistic
+RL step, 64 sequences x 1024 tokens (16 prompts x 4 samples; 65536 tokens), the
+demo's 2 mini-batches, Adam. The step is what the demo's
+``timeperf/`` entries time: recompute the log-probs, compute advantages and
+returns, then per mini-batch a forward and backward pass, gradient clipping and the
+optimizer step. The digests are areal-debug's own (``StageLog``, what the stage
+probes call), taken where the probes take them: the log-probs and advantages per
+trajectory, each micro-batch's loss, per mini-batch the gradients before clipping
+and the weights after the optimizer step, then the step's one transfer to the
+host. Digests and training are timed inside the same step (the pair), a warm-up
+step is dropped, and the figure is the median over the steps of digest time over
+training time.
 
-Extrapolated: digests are memory-bound reads (no matmuls), training is
-FLOP-bound, so the arithmetic for a 7B model on one accelerator is printed with
-every assumption next to it.
+With ``--workdir DIR --reuse`` the CPU demo's dump run already in DIR (a real GRPO
+run through AReaL's PPOTrainer; each rank's ``stages.json`` holds
+``digest_seconds``) is shown too, as context: it trains a few hundred tokens a
+step, so there the digests' share is larger (training ~ params x tokens, digests ~
+params).
 
-    .venv/bin/python benchmarks/stage_digest_cost.py [--steps 4] [--workdir DIR [--reuse]]
+Extrapolated (context, not a figure): digests are memory-bound reads (no matmuls),
+training is FLOP-bound, so the arithmetic for a 7B model on one accelerator is
+printed with every assumption next to it.
+
+    .venv/bin/python benchmarks/stage_digest_cost.py [--runs 5] [--workdir DIR [--reuse]]
 """
 
 from __future__ import annotations
@@ -25,12 +37,18 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
+import torch
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from figures import figure  # noqa: E402
+from figures import median_figure, repeat  # noqa: E402
 
 from areal_debug.recording.format import STAGES_FILE, STATS  # noqa: E402
+from areal_debug.stages.digest import StageLog  # noqa: E402
+from areal_debug.stages.names import mini_batch_name, trajectory_name  # noqa: E402
+from areal_debug.tooling.tiny_task import build_tiny_model  # noqa: E402
 
 TRAIN_TIMINGS = (
     "timeperf/recompute_logp",
@@ -41,16 +59,88 @@ TRAIN_TIMINGS = (
 )
 TARGET = 0.01
 
+# The measured step: the tiny model at a realistic batch for it.
+# 16 prompts x 4 samples of 1024 tokens: a small RL step (the shipped GSM8K config,
+# configs/gsm8k_grpo_debug.yaml, trains 256 prompts x 4 samples of up to 1024 new
+# tokens).
+SEQUENCES = 64
+SEQLEN = 1024
+TINY_MINI_BATCHES = 2  # configs/tiny_cpu.yaml: actor.ppo_n_minibatches
+
 # The 7B extrapolation's assumptions (one H100 SXM, bf16 weights, fp32 grads).
 PARAMS_7B = 7.0e9
 TOKENS_PER_STEP = 512 * 2048  # the issue's batch: 512 sequences x 2048 tokens
 HBM_BYTES_PER_S = 3.35e12
 PEAK_FLOPS = 989e12
 MFU = 0.40
-MINI_BATCHES = 4  # one gradient digest per mini-batch, one weight digest per step
+MINI_BATCHES = 4  # per mini-batch: one gradient digest, one weight digest
 # Bytes moved per digested element: read the value (2-4 B), write and read its
 # int64 copy (16 B), read the index (8 B), write and read the product (16 B).
 BYTES_PER_ELEMENT = 44
+
+
+class TinyStep:
+    """One PPO step of the tiny model on a fixed batch, digested or not."""
+
+    def __init__(self, model_dir: str, seed: int = 0):
+        from transformers import AutoModelForCausalLM
+
+        torch.manual_seed(seed)
+        self.model = AutoModelForCausalLM.from_pretrained(
+            build_tiny_model(model_dir),
+            torch_dtype=torch.float32,
+            attn_implementation="sdpa",
+        )
+        self.model.train()
+        vocab = self.model.config.vocab_size
+        self.ids = torch.randint(4, vocab, (SEQUENCES, SEQLEN))
+        self.rewards = torch.rand(SEQUENCES)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+        self.params = list(self.model.named_parameters())
+
+    def _logp(self, ids: torch.Tensor) -> torch.Tensor:
+        logits = self.model(input_ids=ids).logits[:, :-1].float()
+        return torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None])[..., 0]
+
+    def run(self) -> tuple[float, float]:
+        """(training seconds, digest seconds) of one step, digested where the
+        stage probes digest."""
+        log = StageLog()
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            old = self._logp(self.ids)  # recompute_logp
+        log.add_many("logp", [(trajectory_name(i), t, 0) for i, t in enumerate(old)])
+        adv = (self.rewards - self.rewards.mean()) / (self.rewards.std() + 1e-6)
+        advantages = adv[:, None].expand_as(old).contiguous()
+        returns = advantages.clone()
+        log.add_many(
+            "advantages",
+            [
+                (f"{trajectory_name(i)} {key}", t[i], 0)
+                for i in range(SEQUENCES)
+                for key, t in (("advantages", advantages), ("returns", returns))
+            ],
+        )
+        per_mb = SEQUENCES // TINY_MINI_BATCHES
+        for mb in range(TINY_MINI_BATCHES):
+            rows = slice(mb * per_mb, (mb + 1) * per_mb)
+            logp = self._logp(self.ids[rows])
+            ratio = torch.exp(logp - old[rows])
+            a = advantages[rows]
+            loss = -torch.min(ratio * a, ratio.clamp(0.8, 1.2) * a).mean()
+            log.add("loss", mini_batch_name(mb, "micro-batch 0"), loss, value=True)
+            loss.backward()
+            grads = [(mini_batch_name(mb, n), p.grad, 0) for n, p in self.params]
+            log.add_many("grads", grads, norm=True)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            self.opt.step()
+            self.opt.zero_grad(set_to_none=True)
+            log.add_many(
+                "weights", [(mini_batch_name(mb, n), p, 0) for n, p in self.params]
+            )
+        log.to_host()
+        wall = time.perf_counter() - t0
+        return wall - log.seconds, log.seconds
 
 
 def run_demo(workdir: Path, steps: int) -> None:
@@ -66,8 +156,9 @@ def run_demo(workdir: Path, steps: int) -> None:
         raise SystemExit(1)
 
 
-def measured(workdir: Path) -> list[tuple[int, float, float]]:
-    """(step, seconds digesting on the slowest rank, training seconds) per step."""
+def demo_steps(workdir: Path) -> list[tuple[int, float, float]]:
+    """(step, seconds digesting on the slowest rank, training seconds) per step
+    of the demo's dump run in ``workdir``."""
     out = []
     pattern = str(workdir / "root" / "*" / "*" / "areal_debug_recording" / "step-*")
     for step_dir in sorted(glob.glob(pattern)):
@@ -86,53 +177,68 @@ def measured(workdir: Path) -> list[tuple[int, float, float]]:
 def extrapolate_7b() -> tuple[float, list[str]]:
     step_flops = 8 * PARAMS_7B * TOKENS_PER_STEP  # recompute fwd 2NT + train 6NT
     step_s = step_flops / (PEAK_FLOPS * MFU)
-    elements = PARAMS_7B * (MINI_BATCHES + 1)
+    # A gradient and a weight digest of every parameter per mini-batch.
+    elements = PARAMS_7B * 2 * MINI_BATCHES
     digest_s = elements * BYTES_PER_ELEMENT / HBM_BYTES_PER_S
     lines = [
         f"# 7B step: 8 x {PARAMS_7B:.0e} params x {TOKENS_PER_STEP} tokens = "
         f"{step_flops:.3g} FLOP at {MFU:.0%} of {PEAK_FLOPS:.3g} FLOP/s = {step_s:.1f} s",
-        f"# 7B digests: {PARAMS_7B:.0e} params x ({MINI_BATCHES} gradient + 1 weight "
-        f"digests) x {BYTES_PER_ELEMENT} B / {HBM_BYTES_PER_S:.3g} B/s = "
-        f"{digest_s * 1e3:.0f} ms (per-token stages: {TOKENS_PER_STEP} tokens x a few "
-        "tensors, negligible)",
+        f"# 7B digests: {PARAMS_7B:.0e} params x 2 (gradients, weights) x "
+        f"{MINI_BATCHES} mini-batches x {BYTES_PER_ELEMENT} B / "
+        f"{HBM_BYTES_PER_S:.3g} B/s = {digest_s * 1e3:.0f} ms (per-token stages: "
+        f"{TOKENS_PER_STEP} tokens x a few tensors, negligible)",
     ]
     return digest_s / step_s, lines
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--workdir", default=None, help="default: a temporary directory")
+    ap.add_argument(
+        "--runs", type=int, default=5, help="measured steps (after a warm-up)"
+    )
+    ap.add_argument("--steps", type=int, default=4, help="demo steps (with --workdir)")
+    ap.add_argument("--workdir", default=None, help="the CPU demo's directory")
     ap.add_argument(
         "--reuse", action="store_true", help="read the demo already run in --workdir"
     )
     args = ap.parse_args(argv)
+    torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
-        workdir = Path(args.workdir or tmp)
-        if not (args.reuse and args.workdir):
-            run_demo(workdir, args.steps)
-        steps = measured(workdir)
-    if not steps:
-        print(f"no stages.json under {workdir}", file=sys.stderr)
-        return 1
-    for step, digest, train in steps:
-        print(
-            f"# step {step}: digests {digest * 1e3:.2f} ms of {train * 1e3:.0f} ms "
-            "training (tiny model, CPU)"
-        )
-    # The median step: the first pays one-time costs (a 2 s warm-up) that would
-    # hide the digests' share.
-    tiny = statistics.median(d / t for _, d, t in steps)
+        step = TinyStep(os.path.join(tmp, "model"))
+        pairs = repeat(lambda _: step.run(), args.runs)
+        demo = []
+        if args.workdir:
+            workdir = Path(args.workdir)
+            if not args.reuse:
+                run_demo(workdir, args.steps)
+            demo = demo_steps(workdir)
+    params = sum(p.numel() for _, p in step.params)
+    train = statistics.median(t for t, _ in pairs)
+    digest = statistics.median(d for _, d in pairs)
     print(
-        "# the digests read every parameter 3x a step (2 gradient, 1 weight) while "
-        "the tiny run trains on a few hundred tokens: the share falls as tokens per "
-        "step grow (training ~ params x tokens, digests ~ params)"
+        f"# tiny Qwen2 ({params} params), {SEQUENCES} x {SEQLEN} = "
+        f"{SEQUENCES * SEQLEN} tokens a step, {TINY_MINI_BATCHES} mini-batches, "
+        f"1 CPU thread: training {train * 1e3:.0f} ms, digests {digest * 1e3:.2f} ms "
+        "(medians; digests and training timed inside the same step)"
     )
-    print(figure("stage_digests_vs_train_step_tiny_cpu", tiny, "<=", TARGET))
+    for s, d, t in demo:
+        print(
+            f"# demo step {s} (AReaL's PPOTrainer, a few hundred tokens): digests "
+            f"{d * 1e3:.2f} ms of {t * 1e3:.0f} ms training ({d / t:.3f}; the "
+            "digests are per parameter, training per token)"
+        )
+    print(
+        median_figure(
+            f"stage_digests_vs_train_step_tiny_cpu_{SEQUENCES * SEQLEN}_tokens",
+            [d / t for t, d in pairs],
+            "<=",
+            TARGET,
+        )
+    )
     ratio, lines = extrapolate_7b()
     for line in lines:
         print(line)
-    print(figure("stage_digests_vs_train_step_7b_extrapolated", ratio, "<=", TARGET))
+    print(f"# 7B extrapolated: digests {ratio:.4f} of the training step (information)")
     return 0
 
 
