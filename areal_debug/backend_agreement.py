@@ -70,6 +70,26 @@ def backend_of(spec: str) -> str:
     return re.split(r"[\[:]", spec, maxsplit=1)[0].strip()
 
 
+def read_bare_allocation(alloc: str, actor_backend: str) -> tuple[str, str | None]:
+    """``(allocation, note)``: a bare ``d4p1t1`` (AReaL 0.x style) read as the
+    training allocation with ``actor_backend``'s backend (fsdp if it has none),
+    and a note saying so; any other allocation as it is, with no note."""
+    if not BARE_DIMS.match(alloc):
+        return alloc, None
+    backend = backend_of(actor_backend)
+    read = f"{backend if backend in TRAIN_BACKENDS else 'fsdp'}:{alloc}"
+    return read, (
+        f"allocation_mode={alloc} has no backend prefix (AReaL 0.x style); "
+        f"read as the training allocation {read}."
+    )
+
+
+def allocation_parts(alloc: str) -> list[str]:
+    """The parts of ``alloc`` between top-level ``+`` and ``|`` (not those inside
+    a Megatron ``(attn:...|ffn:...)``), empty ones left out."""
+    return [alloc[s:e] for s, e in _components(alloc) if alloc[s:e].strip()]
+
+
 def _components(alloc: str) -> list[tuple[int, int]]:
     """(start, end) of each part of ``alloc`` split at top-level ``+`` and ``|``."""
     spans, depth, start = [], 0, 0
@@ -139,15 +159,8 @@ def agree_with_allocation(
         return BackendAgreement("")
     given = command_line_keys(argv)
     where = "command line" if "allocation_mode" in given else "the YAML"
-    notes = []
-    if BARE_DIMS.match(alloc):
-        backend = backend_of(str(_select(cfg, "actor.backend") or ""))
-        read = f"{backend if backend in TRAIN_BACKENDS else 'fsdp'}:{alloc}"
-        notes.append(
-            f"allocation_mode={alloc} has no backend prefix (AReaL 0.x style); "
-            f"read as the training allocation {read}."
-        )
-        alloc = read
+    alloc, note = read_bare_allocation(alloc, str(_select(cfg, "actor.backend") or ""))
+    notes = [note] if note else []
     _check_readable(alloc, where)
     train = [
         (start, end)

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-import re
-
 from areal_debug.areal_compat import parse_allocation
-from areal_debug.backend_agreement import BARE_DIMS as _BARE_DIMS
-from areal_debug.backend_agreement import TRAIN_BACKENDS
+from areal_debug.backend_agreement import (
+    TRAIN_BACKENDS,
+    allocation_parts,
+    read_bare_allocation,
+)
 from areal_debug.backend_agreement import backend_of as _backend_of
 
 GEN_BACKENDS = ("sglang", "vllm")
@@ -52,18 +53,12 @@ def training_allocation(
             "know how many trainer processes to start. Set it, e.g. "
             "++allocation_mode=fsdp:d4, or actor.backend=fsdp:d4."
         )
-    if _BARE_DIMS.match(alloc):
-        backend = _backend_of(actor_backend or "") or "fsdp"
-        if backend not in TRAIN_BACKENDS:
-            backend = "fsdp"
-        result = f"{backend}:{alloc}"
-        _validate(result)
-        return result, (
-            f"allocation_mode={alloc} has no backend prefix (AReaL 0.x style); "
-            f"read as the training allocation {result}."
-        )
+    read, note = read_bare_allocation(alloc, actor_backend or "")
+    if note:
+        _validate(read)
+        return read, note
     _validate(alloc)
-    components = [c for c in re.split(r"[+|]", alloc) if c.strip()]
+    components = allocation_parts(alloc)
     train = [c.strip() for c in components if _backend_of(c) in TRAIN_BACKENDS]
     if not train:
         raise AllocationError(
