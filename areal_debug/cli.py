@@ -130,6 +130,7 @@ def cmd_demo(args) -> int:
             steps=args.steps,
             nproc=args.nproc,
             single_controller=args.single_controller,
+            overrides=tuple(args.overrides),
         )
     except DemoError as e:
         print(f"areal-debug demo: {e}", file=sys.stderr)
@@ -531,6 +532,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--single-controller",
         action="store_true",
         help="run both sides in AReaL's single-controller mode (scheduler.type=local)",
+    )
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="config overrides for both runs, as AReaL takes them "
+        "(e.g. recover.mode=on ++recover.freq_steps=1); run_replay.sh repeats them",
     )
     p.set_defaults(func=cmd_demo)
     return ap

@@ -17,14 +17,13 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 
 from areal_debug.cli import main as cli
 from areal_debug.recording.format import RecordingError
 from areal_debug.recording.lock import writer_of
 from areal_debug.recording.reader import RecordingReader
-from reliability import recording
+from reliability import dump_child, recording
 from reliability.dump_child import POINTS
 from reliability.tally import Tally
 
@@ -34,15 +33,7 @@ STEPS = 12
 def start_child(path: str, *extra: str) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "reliability.dump_child",
-            path,
-            "--steps",
-            str(STEPS),
-            *extra,
-        ],
+        dump_child.command(path, "--steps", str(STEPS), *extra),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         env=env,

@@ -24,7 +24,6 @@ import sys
 import time
 from types import SimpleNamespace
 
-from areal_debug.areal_compat import recover_paths
 from areal_debug.recording import checkpoints, payload_process
 from areal_debug.recording.codecs import PayloadSink
 from areal_debug.recording.format import kept_steps
@@ -115,7 +114,7 @@ def kill_in_writer_process() -> None:
 
 
 def config(root: str) -> SimpleNamespace:
-    """What checkpoints.keep reads of an AReaL config."""
+    """What areal_compat.recover_paths reads of an AReaL config."""
     return SimpleNamespace(
         experiment_name="reliability",
         trial_name="t0",
@@ -123,9 +122,23 @@ def config(root: str) -> SimpleNamespace:
     )
 
 
-def save_recover_checkpoint(cfg, step: int) -> None:
+def recover_dirs(path: str) -> tuple[str, dict[str, str]]:
+    """(recover info dir, {"default": checkpoint dir}) of the child recording at
+    ``path``, where AReaL's layout puts them (computed by the parent, which has
+    AReaL loaded: the child, like the writer process, never imports it)."""
+    from areal_debug.areal_compat import recover_paths
+
+    return recover_paths(config(path + ".root"), "t0", ["default"])
+
+
+def command(path: str, *extra: str) -> list[str]:
+    """The child's command line, its recover dirs worked out here."""
+    dirs = json.dumps(recover_dirs(path))
+    return [sys.executable, "-m", __spec__.name, path, "--recover-dirs", dirs, *extra]
+
+
+def save_recover_checkpoint(info: str, ckpts: dict[str, str], step: int) -> None:
     """What AReaL's Saver leaves for ``step``: files rewritten in place."""
-    info, ckpts = recover_paths(cfg, cfg.trial_name, ["default"])
     for d in (info, ckpts["default"]):
         os.makedirs(d, exist_ok=True)
         for i in range(3):
@@ -142,7 +155,15 @@ def main(argv=None) -> int:
     ap.add_argument("--checkpoint-every", type=int, default=3)
     ap.add_argument("--pace", type=float, default=0.02, help="seconds of 'training'")
     ap.add_argument("--file-size-limit", type=int, default=None, help="RLIMIT_FSIZE")
+    ap.add_argument(
+        "--recover-dirs",
+        default=None,
+        help="JSON [info dir, {model: checkpoint dir}] (default: recover_dirs(PATH))",
+    )
     args = ap.parse_args(argv)
+    info, ckpts = (
+        json.loads(args.recover_dirs) if args.recover_dirs else recover_dirs(args.path)
+    )
     if args.file_size_limit:
         # Writes past the limit fail (EFBIG) instead of killing the process.
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -153,7 +174,6 @@ def main(argv=None) -> int:
         point, n = args.kill.rsplit(":", 1)
         kill = KillAt(point, int(n))
         kill.install()
-    cfg = config(os.path.join(args.path + ".root"))
     lock = RecordingLock.acquire(args.path, "reliability/t0")
     if kill:
         kill.reached("lock")
@@ -170,11 +190,11 @@ def main(argv=None) -> int:
         time.sleep(args.pace)
         recording.submit_step(heads, step)
         if step % args.checkpoint_every == args.checkpoint_every - 1:
-            save_recover_checkpoint(cfg, step)
+            save_recover_checkpoint(info, ckpts, step)
             for w in heads:  # as DumpMode.save_recover_checkpoint does
                 w.flush()
             try:
-                checkpoints.keep(cfg, args.path, step, ["default"])
+                checkpoints.keep_dirs(args.path, step, info, ckpts)
             except OSError:
                 pass  # DumpMode logs it and training goes on
     print(f"trained {args.steps - start} steps", flush=True)

@@ -16,12 +16,12 @@ import os
 import random
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 
 from areal_debug.recording.format import STEP_META, step_dirname
 from areal_debug.recording.reader import RecordingReader
+from reliability import dump_child
 from reliability.crash import STEPS, check, end
 from reliability.tally import Tally
 
@@ -42,8 +42,7 @@ def _drop_permission_override() -> None:
 def start_held_to_permissions(path: str) -> subprocess.Popen:
     """The dump child, slow enough to be caught mid-run."""
     return subprocess.Popen(
-        [sys.executable, "-m", "reliability.dump_child", path]
-        + ["--steps", str(STEPS), "--pace", "0.1"],
+        dump_child.command(path, "--steps", str(STEPS), "--pace", "0.1"),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         env={**os.environ, "OMP_NUM_THREADS": "1"},

@@ -35,6 +35,13 @@ from support.scripts import (
 )
 from support.workdirs import tiny_assets, workdir  # noqa: E402, F401
 
+# Every process a test starts skips Python's final garbage collections (see
+# tests/site/sitecustomize.py): it inherits this PYTHONPATH.
+_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "site")
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (_SITE, os.environ.get("PYTHONPATH")) if p
+)
+
 # The session recordings, by the group whose worker records them.
 FIXTURE_GROUPS = {
     "sc_workdir": "scheduler-seed1",

@@ -100,7 +100,12 @@ def test_replay_is_bitwise_identical_at_two_processes(spmd_d2):
     # The dump ran through the launcher with debug.deterministic=true (the test
     # YAML); a bare torchrun replay lacks the launcher's environment: it says
     # so, and on CPU is still bitwise.
-    run = replay(spmd_d2, 2, "debug.replay_trial_name=d2")
+    run = replay(
+        spmd_d2,
+        2,
+        "debug.replay_trial_name=d2",
+        f"total_train_steps={SPMD_D2_STEPS}",
+    )
     assert run.returncode == 0, run.log[-3000:]
     assert "Replay engine in place of the inference engine" in run.log
     assert "Determinism settings differ" in run.log
@@ -183,12 +188,13 @@ def test_debug_off_and_dump_train_exactly_like_ppo_trainer(spmd_d1):
         assert training_stats(d[step]) == training_stats(p[step])
 
 
-@pytest.mark.parametrize("recorded,replayed", [(2, 1), (1, 2)])
-def test_cross_topology_replay_keeps_each_steps_batch(request, recorded, replayed):
-    rec = request.getfixturevalue(f"spmd_d{recorded}")
+def test_cross_topology_replay_keeps_each_steps_batch(spmd_d2):
+    # Two shards replayed at one process. One shard at two processes: the
+    # shipped example's replays at a given allocation in tests/test_launcher.py.
+    rec = spmd_d2
     run = replay(
         rec,
-        replayed,
+        1,
         "total_train_steps=3",
         "debug.replay_trial_name=cross",
         name="cross",

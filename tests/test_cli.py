@@ -96,3 +96,41 @@ def test_metadata_commands_import_neither_areal_nor_torch(tmp_path):
     # What reads a payload loads torch (and still not AReaL).
     shown = modules_after(["show", str(recording), "--step", "0"])
     assert shown == {"rc": 0, "torch": True, "areal": False}
+
+
+def test_processes_that_need_no_areal_load_none():
+    """The writer process, the CPU server and the reliability suite's stand-in
+    runs (and their writer processes) import no AReaL: `import areal` loads its
+    whole stack, about 8 s of CPU in every such process. A module of the
+    training side, for contrast, does load it."""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import importlib, json, sys\n"
+        "for name in sys.argv[1:]:\n"
+        "    importlib.import_module(name)\n"
+        "print(json.dumps('areal' in sys.modules))\n"
+    )
+
+    def loads_areal(*modules: str) -> bool:
+        out = subprocess.run(
+            [sys.executable, "-c", code, *modules],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        ).stdout
+        return json.loads(out.strip().splitlines()[-1])
+
+    assert not loads_areal(
+        "areal_debug.recording.payload_process",
+        "areal_debug.recording.writer",
+        "areal_debug.recording.checkpoints",
+        "areal_debug.tooling.cpu_server",
+        "areal_debug.modes.rng_state",
+        "reliability.dump_child",
+        "reliability.writer_child",
+    )
+    assert loads_areal("areal_debug.modes.dump")

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 from support.harness import rpc_workers
+from support.recordings import SC_STEPS
 
 pytestmark = [pytest.mark.areal, pytest.mark.each_areal]
 
@@ -24,23 +25,28 @@ def server_processes(workdir) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize(
-    "nproc,extra",
-    # `make demo` as shipped (SPMD, one process). Two processes are the same demo
-    # code (--nproc only sets torchrun's count) and are covered against the fake
-    # engine by tests/test_areal_spmd.py and tests/test_launcher.py.
-    [
-        pytest.param(1, [], id="spmd-1"),
-        pytest.param(
-            1,
-            ["--single-controller"],
-            id="single-controller-1",
-            marks=pytest.mark.scheduler,
-        ),
-    ],
-)
-def test_demo_records_and_replays_bit_for_bit(tmp_path, nproc, extra):
+def assert_demo_output(out: str, steps: int, wd) -> None:
+    assert f"OK: all {steps} steps replayed bit for bit." in out
+    assert f"dump: step {steps} of {steps} done" in out
+    assert f"replay: step {steps} of {steps} done" in out
+    assert out.count("(all metrics)") == steps
+    assert "ppo_actor/update/grad_norm" in out
+    # The replay was the run_replay.sh the user re-runs.
+    assert f"[3/4] bash {wd}/run_replay.sh" in out
+    assert server_processes(wd) == []
+    # The recording was made by AReaL's real SGLang client against the server.
+    assert "Loaded weights from" in (wd / "server.log").read_text()
+    assert "RemoteInfEngine" in (wd / "dump.log").read_text()
+
+
+def test_demo_records_and_replays_bit_for_bit(tmp_path):
+    """`make demo` as shipped (SPMD, one process), started from another
+    directory: run_replay.sh, which the demo's replay runs, holds only absolute
+    paths. Two processes are the same demo code (--nproc only sets torchrun's
+    count), run by the single-controller demo below."""
     wd = tmp_path / "demo"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
     run = subprocess.run(
         [
             sys.executable,
@@ -51,49 +57,44 @@ def test_demo_records_and_replays_bit_for_bit(tmp_path, nproc, extra):
             str(wd),
             "--steps",
             str(STEPS),
-            "--nproc",
-            str(nproc),
-            *extra,
         ],
         capture_output=True,
         text=True,
         timeout=900,
+        cwd=elsewhere,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     out = run.stdout
     assert run.returncode == 0, out[-3000:] + run.stderr[-3000:]
-    assert f"OK: all {STEPS} steps replayed bit for bit." in out
-    assert f"dump: step {STEPS} of {STEPS} done" in out
-    assert f"replay: step {STEPS} of {STEPS} done" in out
-    assert out.count("(all metrics)") == STEPS
-    assert "ppo_actor/update/grad_norm" in out
-    assert server_processes(wd) == []
-    # The recording was made by AReaL's real SGLang client against the server.
-    server_log = (wd / "server.log").read_text()
-    assert "Loaded weights from" in server_log
-    dump_log = (wd / "dump.log").read_text()
-    assert "RemoteInfEngine" in dump_log
-    if extra:
-        # Single-controller runs start RPC workers; none may outlive the demo.
-        assert rpc_workers(wd) == []
-        return
-    # run_replay.sh replays again, passing its arguments on as overrides (in one
-    # mode: the script differs between the modes only in its command, see
-    # test_the_replay_script_runs_the_demos_mode). No fixed port: its launcher
-    # picks free ones. Run from another directory: it holds only absolute paths.
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    rerun = subprocess.run(
-        ["bash", str(wd / "run_replay.sh"), "debug.replay_trial_name=again"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=elsewhere,
-    )
-    assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
-    (report,) = (wd / "root" / "logs").rglob("again/replay_report.json")
+    assert_demo_output(out, STEPS, wd)
+    (report,) = (wd / "root" / "logs").rglob("trial0_replay/replay_report.json")
     summary = json.loads(report.read_text())["summary"]
     assert summary["all_identical"] is True and summary["steps"] == STEPS
+
+
+@pytest.mark.scheduler
+def test_single_controller_demo_records_and_replays_bit_for_bit(sc_d2):
+    """`areal-debug demo --single-controller --nproc 2` with kept checkpoints
+    (the overrides it passes on): the suite's single-controller recording."""
+    assert_demo_output(sc_d2.output, SC_STEPS, sc_d2.workdir)
+    # Single-controller runs start RPC workers; none may outlive the demo.
+    assert rpc_workers(sc_d2.workdir) == []
+    # The overrides reached both runs, and the script the user re-runs.
+    assert (
+        "recover.mode=on ++recover.freq_steps=1"
+        in (sc_d2.workdir / "run_replay.sh").read_text()
+    )
+    assert "Kept the recover checkpoint of step 0" in sc_d2.run.log
+    assert "Replay: recover.mode=on read as 'disabled'" in sc_d2.replay.log
+
+
+def test_demo_refuses_overrides_that_move_its_recording(tmp_path, capsys):
+    from areal_debug import cli
+
+    assert cli.main(["demo", f"--workdir={tmp_path}", "trial_name=mine"]) == 1
+    err = capsys.readouterr().err
+    assert "trial_name=mine: the demo names its own run (tinydemo/trial0)" in err
+    assert not (tmp_path / "root").exists()
 
 
 @pytest.mark.parametrize("sc", [False, True], ids=["spmd", "single-controller"])

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """areal_debug.launcher.local: allocation rewriting, the CPU fixes, and real runs."""
 
+import math
 import sys
 
 import pytest
@@ -8,11 +9,13 @@ from omegaconf import OmegaConf
 from support.harness import (
     FAKE_CONFIG,
     FAKE_SCRIPT,
+    assert_whole_batch_statistics_kept,
     recording_dir,
     replay_report,
     run_launcher,
     run_logged,
 )
+from support.recordings import SPMD_D2_STEPS
 
 from areal_debug.backend_agreement import AllocationConflictError, agree_with_allocation
 from areal_debug.launcher.allocation import AllocationError, training_allocation
@@ -393,62 +396,35 @@ def started_commands(log: str) -> list[str]:
 
 
 @pytest.mark.areal
-@pytest.mark.parametrize("alloc", ["sglang:d1+fsdp:d2"])
-def test_replay_through_the_launcher_starts_only_the_trainer(spmd_d2, alloc):
-    workdir, dump = spmd_d2.workdir, spmd_d2.run
-    trial = "r" + alloc.replace(":", "").replace("+", "")
-    run = run_launcher(
-        str(workdir),
-        f"replay-{trial}",
-        [
-            f"allocation_mode={alloc}",
-            "actor.backend=fsdp:d2",
-            "debug.replay_rollout_data=true",
-            f"debug.replay_trial_name={trial}",
-        ],
-    )
-    assert run.returncode == 0, run.log[-3000:]
-    commands = started_commands(run.log)
-    assert len(commands) == 1 and "torchrun" in commands[0]
-    assert "--nproc-per-node 2" in commands[0]
-    expected = "fsdp:d2" if alloc.startswith("sglang") else "fsdp:d2p1t1"
-    assert f"++allocation_mode={expected}" in commands[0]
-    # The launcher logs every process it starts (the trainer's command above):
-    # that this is the only one is what shows no inference server was started.
-    assert "Replay engine in place of the inference engine" in run.log
-    assert "Trainer finished successfully" in run.log
-    recorded, replayed = dump.stats_by_step(), run.stats_by_step()
-    assert sorted(replayed) == [0, 1, 2]
-    for step in replayed:
-        different = {
-            k
-            for k in recorded[step]
-            if not k.startswith("timeperf/")
-            and recorded[step][k] != replayed[step].get(k)
-        }
-        assert not different, (step, different)
-
-
-@pytest.mark.areal
-def test_failed_replay_exits_nonzero_with_the_missing_range_visible(spmd_d2):
-    # With a bare legacy allocation (no backend): read as the training one.
+def test_replay_through_the_launcher_starts_only_the_trainer_and_exits_with_it(
+    spmd_d2,
+):
+    # The dump's allocation, server and trainer: the replay starts the trainer
+    # alone, on the training part. Asked for two steps more than were recorded,
+    # the trainer names them before its first step, and the launcher exits with
+    # the trainer's status. (A launcher replay that runs to the end, bitwise:
+    # tests/test_example_script_launcher.py.)
     run = run_launcher(
         str(spmd_d2.workdir),
         "replay-fail",
         [
-            "allocation_mode=d2p1t1",
+            "allocation_mode=sglang:d1+fsdp:d2",
             "actor.backend=fsdp:d2",
-            "total_train_steps=5",
+            f"total_train_steps={SPMD_D2_STEPS + 2}",
+            *spmd_d2.train_overrides,
             "debug.replay_rollout_data=true",
             "debug.replay_trial_name=fail",
         ],
     )
     assert run.returncode == 1
-    assert "read as the training allocation fsdp:d2p1t1" in run.log
+    # The launcher logs every process it starts: this one alone shows that no
+    # inference server was started.
     (command,) = started_commands(run.log)
-    assert "--nproc-per-node 2" in command
-    assert "++allocation_mode=fsdp:d2p1t1" in command
-    assert "lacks steps 3-4" in run.log and "complete steps: 0-2" in run.log
+    assert "torchrun" in command and "--nproc-per-node 2" in command
+    assert "++allocation_mode=fsdp:d2" in command
+    last = SPMD_D2_STEPS - 1
+    assert f"lacks steps {last + 1}-{last + 2}" in run.log
+    assert f"complete steps: 0-{last}" in run.log
     assert "Trainer failed (exit status 1" in run.log
 
 
@@ -494,16 +470,24 @@ def test_shipped_example_replays_one_process_recording_at_the_given_allocation(
         ],
     )
     assert rc == 0, log[-3000:]
+    if alloc == "d2p1t1":  # a bare legacy allocation (no backend)
+        assert "read as the training allocation fsdp:d2p1t1" in log
     # The YAML's actor.backend (fsdp:d1) follows the allocation, said once.
     assert log.count(f"actor.backend fsdp:d1 -> {layout}.") == 1
     (command,) = started_commands(log)
     assert "--nproc-per-node 2" in command and f"++actor.backend={layout}" in command
     assert "Topology changed: recorded in spmd mode (1 shard(s)" in log
+    # Each step's one shard is re-split over the two processes, every trajectory kept.
+    assert "re-split" in log
     report = replay_report(str(spmd_d1.workdir), "tinydemo", trial)
     assert report["summary"]["steps"] == 2
     topology = report["topology"]
     assert topology["changed"] is True
     assert (topology["recorded_train_dp"], topology["replay_train_dp"]) == (1, 2)
+    assert_whole_batch_statistics_kept(report)
+    for entry in report["steps"]:
+        replayed = [m["replayed"] for m in entry["metrics"].values() if "replayed" in m]
+        assert replayed and all(math.isfinite(v) for v in replayed)
 
 
 @pytest.mark.areal

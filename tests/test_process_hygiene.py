@@ -15,10 +15,10 @@ import pytest
 from support.harness import (
     end_session,
     fake_engine_command,
-    run_torchrun,
     start_logged,
     torchrun,
 )
+from support.recordings import SPMD_D2_STEPS
 from support.waiting import wait_until
 
 
@@ -83,16 +83,17 @@ def test_a_signal_to_torchrun_leaves_no_process_of_a_dump(workdir, sig):
 
 
 @pytest.mark.areal
-def test_a_signal_to_torchrun_leaves_no_process_of_a_replay(workdir):
-    d = str(workdir)
-    dump = run_torchrun(d, "dump", 2, [*DUMP[:2], "total_train_steps=8", DUMP[3]])
-    assert dump.returncode == 0, dump.log[-3000:]
+@pytest.mark.spmd_recordings
+def test_a_signal_to_torchrun_leaves_no_process_of_a_replay(spmd_d2):
+    # The suite's 2-process recording, replayed under a trial of its own.
     replay = [
         *DUMP[:2],
-        "total_train_steps=8",
+        f"total_train_steps={SPMD_D2_STEPS}",
+        *spmd_d2.train_overrides,
         "debug.replay_rollout_data=true",
-        "debug.replay_trial_name=t0_replay",
+        "debug.replay_trial_name=signalled",
     ]
-    rc, left = signal_mid_run(d, "replay", replay, signal.SIGTERM, seed=1)
+    d = str(spmd_d2.workdir)
+    rc, left = signal_mid_run(d, "replay-signalled", replay, signal.SIGTERM, seed=1)
     assert rc != 0
     assert left == []

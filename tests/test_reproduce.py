@@ -132,23 +132,6 @@ def test_changed_advantage_normalisation_is_located_at_the_advantages(spmd_d1):
     assert stage_statuses(report["steps"][0])["logp"] == "identical"
 
 
-def test_fail_on_divergence_stops_with_a_nonzero_exit(spmd_d1):
-    run = replay(
-        spmd_d1,
-        "failfast",
-        "actor.optimizer.lr=0.5",
-        "debug.fail_on_divergence=true",
-        "total_train_steps=3",
-    )
-    assert run.returncode != 0
-    assert "Stopping (debug.fail_on_divergence)" in run.log
-    report = replay_report(str(spmd_d1.workdir), trial="failfast")
-    first = report["summary"]["first_divergence"]
-    assert first is not None
-    # It stopped at the first divergent step instead of running all three.
-    assert len(report["steps"]) == first["global_step"] + 1
-
-
 def test_start_step_restores_the_kept_checkpoint_and_replays_bitwise(spmd_d1):
     from areal_debug.recording import checkpoints
 

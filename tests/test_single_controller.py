@@ -4,7 +4,8 @@
 The real thing end to end: the shipped example and configs, AReaL's
 LocalScheduler starting RPC workers, its RolloutController with
 RemoteSGLangEngine workers attached to the CPU server, its TrainController
-with an FSDP worker. Cross-mode replays go through torchrun (SPMD).
+with FSDP workers. The recording and its same-mode replay are the
+single-controller demo's (``sc_d2``); cross-mode replays go through torchrun.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from support.harness import (
     run_example,
     start_logged,
 )
-from support.recordings import SC_EXPERIMENT, SC_STEPS, SC_TRAIN_D2
+from support.recordings import SC_EXPERIMENT, SC_STEPS, SC_TRAIN_D2, SC_TRIAL
 from support.waiting import wait_until
 
 from areal_debug.recording.reader import RecordingReader
@@ -75,9 +76,9 @@ def replay(workdir, mode: str, trial: str, replay_trial: str, *extra, nproc=1):
 
 
 @pytest.mark.each_areal
-def test_dump_records_one_shard_per_step_on_the_controller(sc_workdir, sc_d2):
+def test_dump_records_one_shard_per_step_on_the_controller(sc_d2):
     assert "The rollout workers attach to running inference servers" in sc_d2.run.log
-    reader = RecordingReader(recording(sc_workdir, "sc"))
+    reader = RecordingReader(sc_d2.path)
     layout = reader.manifest.layout
     assert layout.mode == SC
     assert layout.num_shards == 1 and layout.train_dp_size == 2
@@ -104,17 +105,17 @@ def test_dump_records_one_shard_per_step_on_the_controller(sc_workdir, sc_d2):
     assert [sorted(r) for r in stages["ranks"]] == [["advantages", "logp", "loss"]] * 2
     assert sorted(stages["global"]) == ["grads", "weights"]
     assert len(stages["global"]["weights"]) > 0
-    assert_no_workers_left(sc_workdir)
+    assert_no_workers_left(sc_d2.workdir)
 
 
 @pytest.mark.each_areal
-def test_same_mode_replay_is_bitwise_without_rollout_workers(sc_workdir, sc_d2):
-    run = replay(sc_workdir, SC, "sc", "sc_replay", *TRAIN_D2)
-    assert run.returncode == 0, run.log[-3000:]
+def test_same_mode_replay_is_bitwise_without_rollout_workers(sc_d2):
+    # The demo's own replay, by its run_replay.sh.
+    run = sc_d2.replay
     # Only the actor's workers: no rollout worker, no server.
     assert "Creating 2 workers for role 'actor'" in run.log
     assert_only_in_dump(sc_d2.run.log, run.log, ["role 'rollout'"])
-    report = replay_report(str(sc_workdir), experiment=EXP, trial="sc_replay")
+    report = replay_report(str(sc_d2.workdir), EXP, f"{SC_TRIAL}_replay")
     assert report["topology"]["changed"] is False
     assert_identical(report)
     assert report["summary"]["steps"] == STEPS
@@ -127,33 +128,26 @@ def test_same_mode_replay_is_bitwise_without_rollout_workers(sc_workdir, sc_d2):
             for stage in ("logp", "advantages", "loss", "grads", "weights")
         }
     assert report["first_divergence"] is None
-    assert_no_workers_left(sc_workdir)
+    assert_no_workers_left(sc_d2.workdir)
 
 
-def test_replay_from_step_n_restores_the_kept_checkpoint(sc_workdir, sc_d2):
-    run = replay(
-        sc_workdir, SC, "sc", "sc_from2", *TRAIN_D2, "debug.replay_start_step=2"
-    )
+def test_replay_from_step_n_restores_the_kept_checkpoint(sc_d2):
+    wd = sc_d2.workdir
+    run = replay(wd, SC, SC_TRIAL, "sc_from2", *TRAIN_D2, "debug.replay_start_step=2")
     assert run.returncode == 0, run.log[-3000:]
     assert "recover checkpoint of step 1 (kept with the recording)" in run.log
-    report = replay_report(str(sc_workdir), experiment=EXP, trial="sc_from2")
+    report = replay_report(str(wd), experiment=EXP, trial="sc_from2")
     assert [e["global_step"] for e in report["steps"]] == [2]
     assert_identical(report)
-    assert_no_workers_left(sc_workdir)
+    assert_no_workers_left(wd)
 
 
-def test_single_controller_recording_replays_in_spmd_mode(sc_workdir, sc_d2):
-    run = replay(
-        sc_workdir,
-        "spmd",
-        "sc",
-        "sc_in_spmd",
-        *TRAIN_D2,
-        nproc=2,
-    )
+def test_single_controller_recording_replays_in_spmd_mode(sc_d2):
+    wd = sc_d2.workdir
+    run = replay(wd, "spmd", SC_TRIAL, "sc_in_spmd", *TRAIN_D2, nproc=2)
     assert run.returncode == 0, run.log[-3000:]
     assert "Topology changed: recorded in single-controller mode" in run.log
-    report = replay_report(str(sc_workdir), experiment=EXP, trial="sc_in_spmd")
+    report = replay_report(str(wd), experiment=EXP, trial="sc_in_spmd")
     assert report["topology"]["changed"] is True
     assert report["topology"]["replay_mode"] == "spmd"
     assert_finite_replay(report)
@@ -184,21 +178,21 @@ def test_spmd_recording_replays_in_single_controller_mode(workdir, spmd_d1):
     assert_no_workers_left(workdir)
 
 
-def test_failing_replay_exits_nonzero_and_leaves_no_worker(sc_workdir, sc_d2):
+def test_failing_replay_exits_nonzero_and_leaves_no_worker(sc_d2):
     # A changed learning rate diverges at step 0; fail_on_divergence stops the run.
+    # On one worker (the recording's batches re-split): what must end is the same.
     run = replay(
-        sc_workdir,
+        sc_d2.workdir,
         SC,
-        "sc",
+        SC_TRIAL,
         "sc_fail",
-        *TRAIN_D2,
         "actor.optimizer.lr=2.0e-3",
         "debug.fail_on_divergence=true",
     )
     assert run.returncode != 0
     assert "Replay step 0 diverged from the recording" in run.log
     assert "debug.fail_on_divergence" in run.log
-    assert_no_workers_left(sc_workdir)
+    assert_no_workers_left(sc_d2.workdir)
 
 
 def interrupt(workdir, name, mode_overrides, server_addr, wait_for, send) -> int:
@@ -250,17 +244,17 @@ def test_ctrl_c_to_the_controller_alone_during_a_dump_leaves_no_worker(
     assert "KeyboardInterrupt" in log
 
 
-def test_sigterm_to_the_controller_leaves_no_worker(sc_workdir, sc_d2):
-    # A job system's kill reaches the controller alone; its workers must follow.
+def test_sigterm_to_the_controller_leaves_no_worker(sc_d2):
+    # A job system's kill reaches the controller alone; its worker must follow
+    # (one: the two-worker recording re-split, as any worker count would do).
     rc = interrupt(
-        sc_workdir,
+        sc_d2.workdir,
         "sigterm",
         [
             "debug.replay_rollout_data=true",
             f"total_train_steps={STEPS}",
-            "trial_name=sc",
+            f"trial_name={SC_TRIAL}",
             "debug.replay_trial_name=sigterm",
-            *TRAIN_D2,
         ],
         None,
         "Creating engines on workers",

@@ -613,13 +613,12 @@ def test_a_recording_with_the_weights_once_per_step_still_compares(tmp_path):
 CHANGED_LR = "actor.optimizer.lr=2.0e-3"
 
 
-def assert_located_at_mini_batch_0s_weights(report: dict, log: str) -> dict:
+def assert_located_at_mini_batch_0s_weights(report: dict) -> dict:
     staged = report["first_divergence"]
     assert (staged["step"], staged["stage"], staged["mini_batch"]) == (0, "weights", 0)
     assert staged["where"].startswith("mini-batch 0 ")
     step0 = report["steps"][0]["stages"]
     assert step0["logp"]["status"] == step0["advantages"]["status"] == "identical"
-    assert f"First divergent stage: weights at step 0 ({staged['where']})." in log
     return step0
 
 
@@ -628,6 +627,7 @@ def assert_located_at_mini_batch_0s_weights(report: dict, log: str) -> dict:
 def test_a_changed_learning_rate_is_located_at_the_first_mini_batchs_weights(spmd_d1):
     # spmd_d1 trains two mini-batches a step (tiny_fake.yaml): the loss of
     # mini-batch 1 differs too, after the weights of mini-batch 0 did (issue #30).
+    # With debug.fail_on_divergence the run stops at that first divergent step.
     from support.harness import replay_report, run_torchrun
 
     run = run_torchrun(
@@ -638,32 +638,48 @@ def test_a_changed_learning_rate_is_located_at_the_first_mini_batchs_weights(spm
             *spmd_d1.train_overrides,
             "debug.replay_rollout_data=true",
             "debug.replay_trial_name=lr",
+            "total_train_steps=3",
+            CHANGED_LR,
+            "debug.fail_on_divergence=true",
+        ],
+    )
+    assert run.returncode != 0
+    report = replay_report(str(spmd_d1.workdir), trial="lr")
+    step0 = assert_located_at_mini_batch_0s_weights(report)
+    assert step0["loss"]["mini_batch"] == step0["grads"]["mini_batch"] == 1
+    assert step0["loss"]["where"].startswith("mini-batch 1 micro-batch ")
+    where = report["first_divergence"]["where"]
+    assert f"first divergence: step 0, stage weights, at {where}" in run.log
+    # It stopped at the first divergent step instead of running all three.
+    assert "Stopping (debug.fail_on_divergence)" in run.log
+    assert [e["global_step"] for e in report["steps"]] == [0]
+
+
+@pytest.mark.areal
+@pytest.mark.spmd_recordings
+def test_a_changed_learning_rate_with_one_mini_batch_is_located_at_its_weights(
+    spmd_d2,
+):
+    from support.harness import replay_report, run_torchrun
+
+    # spmd_d2 trains one mini-batch a step, on two processes.
+    run = run_torchrun(
+        str(spmd_d2.workdir),
+        "lr-one",
+        2,
+        [
+            "actor.backend=fsdp:d2",
+            "rollout.backend=sglang:d2",
+            *spmd_d2.train_overrides,
             "total_train_steps=1",
+            "debug.replay_rollout_data=true",
+            "debug.replay_trial_name=lr_one",
             CHANGED_LR,
         ],
     )
     assert run.returncode == 0, run.log[-3000:]
-    report = replay_report(str(spmd_d1.workdir), trial="lr")
-    step0 = assert_located_at_mini_batch_0s_weights(report, run.log)
-    assert step0["loss"]["mini_batch"] == step0["grads"]["mini_batch"] == 1
-    assert step0["loss"]["where"].startswith("mini-batch 1 micro-batch ")
-
-
-@pytest.mark.areal
-def test_a_changed_learning_rate_with_one_mini_batch_is_located_at_its_weights(
-    workdir,
-):
-    from support.harness import replay_report, run_torchrun
-
-    # A recording of its own: the shared ones train two mini-batches a step.
-    one = ["actor.ppo_n_minibatches=1", "total_train_steps=1"]
-    dump = run_torchrun(str(workdir), "dump", 1, [*one, "debug.dump_rollout_data=true"])
-    assert dump.returncode == 0, dump.log[-3000:]
-    run = run_torchrun(
-        str(workdir), "replay", 1, [*one, "debug.replay_rollout_data=true", CHANGED_LR]
-    )
-    assert run.returncode == 0, run.log[-3000:]
-    step0 = assert_located_at_mini_batch_0s_weights(
-        replay_report(str(workdir)), run.log
-    )
+    report = replay_report(str(spmd_d2.workdir), trial="lr_one")
+    step0 = assert_located_at_mini_batch_0s_weights(report)
     assert step0["loss"]["status"] == step0["grads"]["status"] == "identical"
+    where = report["first_divergence"]["where"]
+    assert f"First divergent stage: weights at step 0 ({where})." in run.log

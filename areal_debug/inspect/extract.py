@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
-from areal.utils import logging
 
 from areal_debug.inspect.common import (
     InspectError,
@@ -36,6 +35,7 @@ from areal_debug.inspect.common import (
     track,
 )
 from areal_debug.inspect.show import check_step
+from areal_debug.logs import get_logger
 from areal_debug.recording.atomic import (
     atomic_write_bytes,
     atomic_write_json,
@@ -77,7 +77,7 @@ BATCH_PREFIXES = (
     "ppo_actor/no_eos_ratios/",
 )
 
-logger = logging.getLogger("DebugInspect")
+logger = get_logger("DebugInspect")
 
 
 @dataclass

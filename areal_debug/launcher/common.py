@@ -10,7 +10,6 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from areal.utils import logging
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from areal_debug import areal_compat
@@ -27,10 +26,11 @@ from areal_debug.launcher.allocation import (
     allocation_from_backends,
     training_allocation,
 )
+from areal_debug.logs import get_logger
 
 SERVER_ADDRS_ENV = "AREAL_LLM_SERVER_ADDRS"
 
-logger = logging.getLogger("DebugLauncher")
+logger = get_logger("DebugLauncher")
 
 
 @dataclass

@@ -9,17 +9,16 @@ import shutil
 from collections.abc import Callable
 from typing import Any
 
-from areal.utils import logging
-
 from areal_debug import areal_compat, determinism
 from areal_debug.config import DebugConfig
+from areal_debug.logs import get_logger
 from areal_debug.modes.step_clock import StepClock
 from areal_debug.single_controller.probed_engines import WorkerStageProbes
 from areal_debug.stages.digest import merge_global
 from areal_debug.stages.probes import StageProbes
 from areal_debug.stages.record import StageRecord
 
-logger = logging.getLogger("DebugMode")
+logger = get_logger("DebugMode")
 # Under <fileroot>/<experiment>/<trial>/: each RPC worker's settings, as it reported them.
 WORKER_SETTINGS_DIRNAME = "areal_debug_worker_settings"
 

@@ -13,7 +13,6 @@ from importlib.metadata import version as pkg_version
 from typing import Any
 
 import torch
-from areal.utils import logging
 
 from areal_debug import areal_compat
 from areal_debug.compare.statistics import (
@@ -22,6 +21,7 @@ from areal_debug.compare.statistics import (
     training_stats,
 )
 from areal_debug.determinism import current_settings
+from areal_debug.logs import get_logger
 from areal_debug.modes.base import ActiveMode
 from areal_debug.modes.sglang_stand_in import missing_sglang_error, relax_sglang_check
 from areal_debug.recording import checkpoints
@@ -37,7 +37,7 @@ from areal_debug.recording.writer import (
     write_manifest,
 )
 
-logger = logging.getLogger("DebugDump")
+logger = get_logger("DebugDump")
 
 
 class DumpMode(ActiveMode):

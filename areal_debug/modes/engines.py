@@ -14,13 +14,12 @@ from concurrent.futures import Future
 from types import SimpleNamespace
 from typing import Any
 
-from areal.utils import logging
-
+from areal_debug.logs import get_logger
 from areal_debug.modes.replay_loader import ReplayDataLoader
 from areal_debug.recording.format import RecordingError
 from areal_debug.recording.reader import RecordingReader
 
-logger = logging.getLogger("DebugReplay")
+logger = get_logger("DebugReplay")
 
 Batch = list[dict[str, Any]]
 

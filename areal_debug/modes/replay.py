@@ -16,10 +16,10 @@ from collections.abc import Callable
 from typing import Any
 
 from areal.api import RolloutWorkflow
-from areal.utils import logging
 
 from areal_debug import areal_compat
 from areal_debug.compare.report import REPORT_NAME
+from areal_debug.logs import get_logger
 from areal_debug.modes import replay_setup
 from areal_debug.modes.base import ActiveMode
 from areal_debug.modes.engines import ReplayEngine, ReplayTeacher
@@ -37,7 +37,7 @@ from areal_debug.modes.step_clock import StepClockError
 from areal_debug.recording.reader import RecordingReader
 from areal_debug.replay_plan import ReplayPlan
 
-logger = logging.getLogger("DebugReplay")
+logger = get_logger("DebugReplay")
 
 
 class _NeverRunWorkflow(RolloutWorkflow):

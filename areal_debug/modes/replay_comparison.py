@@ -6,11 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from areal.utils import logging
-
 from areal_debug.compare.report import TopologyChange
 from areal_debug.compare.statistics import StatsComparison, timing_stats, training_stats
 from areal_debug.determinism import current_settings, differences
+from areal_debug.logs import get_logger
 from areal_debug.recording.atomic import atomic_write_json
 from areal_debug.recording.format import RecordingError
 from areal_debug.recording.manifest import Layout
@@ -20,7 +19,7 @@ from areal_debug.stages.comparison import compare_stages
 # The replay report's per-step timing of what the loop waited for recorded data.
 REPLAY_WAIT = "replay/wait_for_data"
 
-logger = logging.getLogger("DebugReplay")
+logger = get_logger("DebugReplay")
 
 
 def topology_change(recorded: Layout, replay: Layout) -> TopologyChange:

@@ -7,14 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from areal.utils import logging
-
 from areal_debug.compare.report import TopologyChange
+from areal_debug.logs import get_logger
 from areal_debug.modes.replay_setup import UnsupportedReplayError
 from areal_debug.recording.reader import RecordingReader
 from areal_debug.stages.recorded_ref_logp import ref_logp_tensors
 
-logger = logging.getLogger("DebugReplay")
+logger = get_logger("DebugReplay")
 
 
 class RecordedReference:

@@ -5,15 +5,14 @@ restores."""
 
 from __future__ import annotations
 
-from areal.utils import logging
-
+from areal_debug.logs import get_logger
 from areal_debug.recording import checkpoints
 from areal_debug.recording.format import RecordingError
 from areal_debug.recording.lock import describe
 from areal_debug.recording.reader import RecordingReader, format_ranges
 from areal_debug.replay_plan import ReplayPlan, needs_teacher_servers
 
-logger = logging.getLogger("DebugReplay")
+logger = get_logger("DebugReplay")
 
 
 class UnsupportedReplayError(RecordingError):

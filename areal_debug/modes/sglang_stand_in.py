@@ -12,11 +12,10 @@ from __future__ import annotations
 import importlib.util
 import os
 
-from areal.utils import logging
-
 from areal_debug.areal_compat import SglangGuard
+from areal_debug.logs import get_logger
 
-logger = logging.getLogger("DebugSglangStandIn")
+logger = get_logger("DebugSglangStandIn")
 
 CPU_SERVER_ENV = "AREAL_DEBUG_CPU_SERVER"
 

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch.distributed as dist
-from areal.utils import logging
 
 from areal_debug import areal_compat
+from areal_debug.logs import get_logger
 from areal_debug.modes import rng_state
 from areal_debug.modes.engines import RecordingEngine
 from areal_debug.recording.manifest import SINGLE_CONTROLLER, SPMD, Layout
@@ -34,7 +34,7 @@ from areal_debug.single_controller.worker_reaper import WorkerReaper
 from areal_debug.stages.probes import StageProbes
 from areal_debug.stages.recorded_ref_logp import RecordedRefLogp
 
-logger = logging.getLogger("DebugTopology")
+logger = get_logger("DebugTopology")
 
 Batch = list[dict[str, Any]]
 

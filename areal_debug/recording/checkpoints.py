@@ -14,23 +14,24 @@ import fcntl
 import os
 import shutil
 
-from areal.utils import logging
-
-from areal_debug.areal_compat import (
-    recover_model_names,
-    recover_paths,
-    write_dataloader_state,
-)
+from areal_debug.logs import get_logger
 from areal_debug.recording.format import KEPT, kept_steps, step_dirname
 
-logger = logging.getLogger("DebugCheckpoints")
+logger = get_logger("DebugCheckpoints")
 
 _INFO = "recover_info"
 _CHECKPOINTS = "checkpoints"
 
 
+# AReaL's checkpoint layout comes from the adapter, imported where it is used: the
+# store's own processes (the writer process, the reliability suite's stand-in
+# runs) never load AReaL.
+
+
 def model_names(config) -> list[str]:
     """The models a recover checkpoint holds: the actor, and the critic if any."""
+    from areal_debug.areal_compat import recover_model_names
+
     return recover_model_names(config.critic is not None)
 
 
@@ -86,7 +87,15 @@ def _reflink(src: str, dst: str) -> bool:
 
 def keep(config, recording: str, step: int, names: list[str]) -> str:
     """Copy the recover checkpoint just saved for ``step`` into the recording."""
+    from areal_debug.areal_compat import recover_paths
+
     info, ckpts = recover_paths(config, config.trial_name, names)
+    return keep_dirs(recording, step, info, ckpts)
+
+
+def keep_dirs(recording: str, step: int, info: str, ckpts: dict[str, str]) -> str:
+    """Copy the recover info dir and each model's checkpoint dir of ``step``
+    into the recording, all or nothing."""
     dst = os.path.join(recording, KEPT, step_dirname(step))
     tmp = dst + ".partial"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -119,6 +128,8 @@ def install(
 ) -> None:
     """Put the kept checkpoint of ``step`` where AReaL's RecoverHandler looks for
     this replay's trial, pointing the dataloader position at the next step."""
+    from areal_debug.areal_compat import recover_paths, write_dataloader_state
+
     src = os.path.join(recording, KEPT, step_dirname(step))
     info, ckpts = recover_paths(config, config.trial_name, names)
     copy = _TreeCopy()

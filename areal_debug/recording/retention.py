@@ -19,11 +19,10 @@ import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from areal.utils import logging
-
+from areal_debug.logs import get_logger
 from areal_debug.recording.format import step_dirname
 
-logger = logging.getLogger("DebugRetention")
+logger = get_logger("DebugRetention")
 
 # A step or checkpoint directory being deleted: not a step-* name any more.
 DELETING_PREFIX = ".deleting-"

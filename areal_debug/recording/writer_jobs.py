@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
-from areal.utils import logging
 
+from areal_debug.logs import get_logger
 from areal_debug.recording.snapshot import PendingCopy
 
 # One logger object for all the writer's modules: AReaL's getLogger returns a new
 # one on every call, and tests hook this one.
-logger = logging.getLogger("DebugDump")
+logger = get_logger("DebugDump")
 
 
 @dataclass(frozen=True, slots=True)

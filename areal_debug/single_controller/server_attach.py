@@ -13,11 +13,10 @@ import os
 from copy import deepcopy
 from typing import Any
 
-from areal.utils import logging
-
 from areal_debug import areal_compat
+from areal_debug.logs import get_logger
 
-logger = logging.getLogger("DebugServerAttach")
+logger = get_logger("DebugServerAttach")
 
 SERVER_ADDRS_ENV = "AREAL_LLM_SERVER_ADDRS"
 # A teacher served as an inference engine (teacher.engine_type=rollout): AReaL has

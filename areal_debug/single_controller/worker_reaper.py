@@ -9,15 +9,14 @@ import sys
 import threading
 from typing import Any
 
-from areal.utils import logging
-
 from areal_debug.areal_compat import (
     is_ray_scheduler,
     ray_connected,
     scheduler_has_workers,
 )
+from areal_debug.logs import get_logger
 
-logger = logging.getLogger("DebugWorkerReaper")
+logger = get_logger("DebugWorkerReaper")
 
 
 class WorkerReaper:

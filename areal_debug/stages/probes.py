@@ -17,15 +17,15 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from areal.utils import logging
 
 from areal_debug import areal_compat
+from areal_debug.logs import get_logger
 from areal_debug.stages.digest import StageLog
 from areal_debug.stages.names import mini_batch_name, trajectory_name
 from areal_debug.stages.record import StageRecord
 from areal_debug.stages.recorded_ref_logp import RecordedRefLogp
 
-logger = logging.getLogger("DebugStages")
+logger = get_logger("DebugStages")
 # What the reference's compute_logp calls per micro-batch: counted, so that a
 # replay can show the reference model never ran (debug.replay_recorded_ref_logp).
 _REF_FORWARD = "forward"

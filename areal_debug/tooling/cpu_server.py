@@ -23,16 +23,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
 from aiohttp import web
-from areal.utils import logging
 
-logger = logging.getLogger("CPUServer")
+from areal_debug.logs import get_logger
+
+logger = get_logger("CPUServer")
 
 _SAMPLING_TYPES = {
     "max_new_tokens": int,
@@ -337,6 +340,13 @@ def main(argv: list[str] | None = None) -> None:
         "--addr-file", default=None, help="write host:port here once serving"
     )
     args = ap.parse_args(argv)
+    # The server runs without AReaL (seconds to import, for nothing it needs):
+    # its log lines go through the standard library, to stdout like AReaL's.
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s CPUServer %(levelname)s: %(message)s",
+        stream=sys.stdout,
+    )
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     try:
         asyncio.run(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import glob
 import json
+import os
 import re
 import shlex
 import shutil
@@ -26,6 +27,8 @@ from areal_debug.testing import end_process, example_command, run_env, tail
 from areal_debug.tooling.tiny_task import build_tiny_model, write_dataset
 
 EXPERIMENT, TRIAL = "tinydemo", "trial0"
+# Where the demo finds its recording and report: not for the user to move.
+OWN_KEYS = ("experiment_name", "trial_name", "cluster.fileroot")
 SHOWN_METRICS = [
     "ppo_actor/update/actor_loss/avg",
     "ppo_actor/update/grad_norm",
@@ -52,14 +55,21 @@ def start_server(workdir: Path, env: dict) -> tuple[subprocess.Popen, str]:
         raise DemoError(str(e)) from None
 
 
-def mode_command(mode: str, nproc: int, steps: int, sc: bool = False) -> list[str]:
+def mode_command(
+    mode: str, nproc: int, steps: int, sc: bool = False, overrides=()
+) -> list[str]:
     """The full command line of the example in ``mode`` ("dump" or "replay").
 
     SPMD: the dump runs under torchrun next to the server; the replay goes
     through areal-debug's launcher, which starts no inference server.
-    Single-controller (``sc``): the script itself is the controller."""
-    overrides = [*common_overrides(nproc, steps), f"debug.{mode}_rollout_data=true"]
-    return example_command(mode, nproc, sc, overrides)
+    Single-controller (``sc``): the script itself is the controller.
+    ``overrides`` (the user's, given to both runs) come last, so they win."""
+    args = [
+        *common_overrides(nproc, steps),
+        f"debug.{mode}_rollout_data=true",
+        *overrides,
+    ]
+    return example_command(mode, nproc, sc, args)
 
 
 def run_trainer(
@@ -92,21 +102,29 @@ def run_trainer(
         )
 
 
-def run_mode(
-    wd: Path, mode: str, nproc: int, steps: int, env: dict, sc: bool = False
-) -> float:
-    """Run the example in ``mode``; return its wall time."""
+def timed_run(wd: Path, name: str, cmd: list[str], env: dict, steps: int) -> float:
+    """Run ``cmd`` as ``name``; return its wall time."""
     t0 = time.monotonic()
-    run_trainer(wd, mode, mode_command(mode, nproc, steps, sc), env, steps)
+    run_trainer(wd, name, cmd, env, steps)
     return time.monotonic() - t0
 
 
-def replay_command(workdir: Path, nproc: int, steps: int, sc: bool = False) -> str:
+def script_env() -> dict:
+    """The environment a user's shell gives ``run_replay.sh``: this one, without
+    a server to attach to (the script sets what the run needs)."""
+    env = dict(os.environ)
+    env.pop("AREAL_LLM_SERVER_ADDRS", None)
+    return env
+
+
+def replay_command(
+    workdir: Path, nproc: int, steps: int, sc: bool = False, overrides=()
+) -> str:
     env = f"AREAL_DEBUG_WORKDIR={shlex.quote(str(workdir))} OMP_NUM_THREADS=1"
     if sc:
         # A leftover AREAL_SPMD_MODE=1 in the shell would switch modes.
         env = f"-u AREAL_SPMD_MODE {env}"
-    args = mode_command("replay", nproc, steps, sc)
+    args = mode_command("replay", nproc, steps, sc, overrides)
     return f"{env} {' '.join(shlex.quote(a) for a in args)}"
 
 
@@ -120,7 +138,7 @@ def common_overrides(nproc: int, steps: int) -> list[str]:
 
 
 def write_replay_script(
-    workdir: Path, nproc: int, steps: int, sc: bool = False
+    workdir: Path, nproc: int, steps: int, sc: bool = False, overrides=()
 ) -> Path:
     path = workdir / "run_replay.sh"
     path.write_text(
@@ -129,7 +147,7 @@ def write_replay_script(
         "# config overrides, e.g.: bash run_replay.sh actor.optimizer.lr=1e-5\n"
         "# Every path in it is absolute: it runs from any directory.\n"
         "set -euo pipefail\n"
-        f'exec env {replay_command(workdir, nproc, steps, sc)} "$@"\n'
+        f'exec env {replay_command(workdir, nproc, steps, sc, overrides)} "$@"\n'
     )
     path.chmod(0o755)
     return path
@@ -194,8 +212,19 @@ def print_table(reader: RecordingReader, report: dict) -> tuple[bool, str | None
 
 
 def run_demo(
-    workdir: str, steps: int = 4, nproc: int = 1, single_controller: bool = False
+    workdir: str,
+    steps: int = 4,
+    nproc: int = 1,
+    single_controller: bool = False,
+    overrides: tuple[str, ...] = (),
 ) -> int:
+    """Record, replay and compare; ``overrides`` go to both runs."""
+    named = [o for o in overrides if o.lstrip("+").split("=")[0] in OWN_KEYS]
+    if named:
+        raise DemoError(
+            f"{', '.join(named)}: the demo names its own run ({EXPERIMENT}/{TRIAL}) "
+            "and writes under --workdir; leave these keys out or use --workdir"
+        )
     sc = single_controller
     wd = Path(workdir).resolve()
     wd.mkdir(parents=True, exist_ok=True)
@@ -215,17 +244,20 @@ def run_demo(
             f"process(es), rollouts from the server at {addr}"
         )
         dump_env = run_env(wd, sc, server_addr=addr)
-        dump_time = run_mode(wd, "dump", nproc, steps, dump_env, sc)
+        dump_cmd = mode_command("dump", nproc, steps, sc, overrides)
+        dump_time = timed_run(wd, "dump", dump_cmd, dump_env, steps)
     finally:
         end_process(server)
         say("[2/4] CPU server stopped")
 
+    # The replay is the script the user re-runs, so the demo shows it works.
+    script = write_replay_script(wd, nproc, steps, sc, overrides)
     if sc:
         say("[3/4] replay: the controller starts only the actor's workers, no server")
     else:
         say("[3/4] replay through areal_debug.launcher.local: no inference server")
-    replay_time = run_mode(wd, "replay", nproc, steps, base_env, sc)
-    script = write_replay_script(wd, nproc, steps, sc)
+    say(f"[3/4] bash {script}")
+    replay_time = timed_run(wd, "replay", ["bash", str(script)], script_env(), steps)
 
     say("[4/4] comparison")
     reader = RecordingReader(

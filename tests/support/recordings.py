@@ -6,9 +6,11 @@
   with the recording);
 - ``spmd_d2``: SPMD, two data-parallel heads, started through
   ``areal_debug.launcher.local`` (train-only allocation: the fake engine needs no
-  server), 3 steps;
-- ``sc_d2``: single-controller (the shipped example against the CPU server),
-  two FSDP workers, 3 steps with recover checkpoints.
+  server), one mini-batch a step, 5 steps;
+- ``sc_d2``: single-controller, made by ``areal-debug demo --single-controller
+  --nproc 2`` (the shipped example against the CPU server, then its replay by
+  the demo's own ``run_replay.sh``), two FSDP workers, 3 steps with recover
+  checkpoints.
 
 A test never writes into a recording: replays run under their own trial names.
 """
@@ -16,6 +18,7 @@ A test never writes into a recording: replays run under their own trial names.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,18 +28,20 @@ from support.harness import (
     Run,
     end_session,
     recording_dir,
-    run_example,
     run_launcher,
+    run_logged,
     run_torchrun,
 )
 from support.workdirs import make_workdir
 
 DROPOUT = ["actor.disable_dropout=false"]
+# spmd_d2 trains one mini-batch a step (spmd_d1 the test YAML's two).
+ONE_MINI_BATCH = ("actor.ppo_n_minibatches=1",)
 ANOMALY_THRESHOLD = "ppo_actor/update/grad_norm > 0"
 SPMD_D1_STEPS = 5
-SPMD_D2_STEPS = 3
+SPMD_D2_STEPS = 5
 SC_STEPS = 3
-SC_EXPERIMENT = "tinydemo"
+SC_EXPERIMENT, SC_TRIAL = "tinydemo", "trial0"
 # The single-controller recording trains on two FSDP workers: the train
 # controller then balances each batch over them, by AReaL's trajectory weights.
 SC_TRAIN_D2 = ("actor.backend=fsdp:d2", "allocation_mode=sglang:d1+fsdp:d2")
@@ -54,6 +59,14 @@ class Recorded:
     @property
     def path(self) -> str:
         return recording_dir(str(self.workdir), self.experiment, self.trial)
+
+
+@dataclass
+class Demo(Recorded):
+    """A recording ``areal-debug demo`` made, and the demo's own replay of it."""
+
+    output: str = ""  # what the demo printed
+    replay: Run | None = None
 
 
 def _workdir(tmp_path_factory, tiny_assets, name: str, model: bool = True) -> Path:
@@ -94,12 +107,14 @@ def spmd_d2(tmp_path_factory, tiny_assets) -> Recorded:
         [
             "allocation_mode=fsdp:d2",
             "actor.backend=fsdp:d2",
+            f"total_train_steps={SPMD_D2_STEPS}",
+            *ONE_MINI_BATCH,
             "debug.dump_rollout_data=true",
         ],
     )
     assert run.returncode == 0, run.log[-3000:]
     assert len(run.stats) == SPMD_D2_STEPS
-    return Recorded(d, run)
+    return Recorded(d, run, train_overrides=ONE_MINI_BATCH)
 
 
 @pytest.fixture(scope="session")
@@ -118,18 +133,36 @@ def cpu_server(sc_workdir):
 
 
 @pytest.fixture(scope="session")
-def sc_d2(sc_workdir, cpu_server) -> Recorded:
-    overrides = [
-        "debug.dump_rollout_data=true",
-        f"total_train_steps={SC_STEPS}",
-        "trial_name=sc",
-        *SC_TRAIN_D2,
+def sc_d2(tmp_path_factory) -> Demo:
+    """The single-controller demo at two FSDP workers, kept checkpoints on: the
+    recording, and the same-mode replay the demo ran through run_replay.sh."""
+    d = tmp_path_factory.mktemp("sc_demo")
+    wd = d / "demo"
+    cmd = [
+        sys.executable,
+        "-m",
+        "areal_debug.cli",
+        "demo",
+        f"--workdir={wd}",
+        f"--steps={SC_STEPS}",
+        "--nproc=2",
+        "--single-controller",
         "recover.mode=on",
         "++recover.freq_steps=1",
     ]
-    run = run_example(sc_workdir, "dump-sc", "single-controller", overrides, cpu_server)
-    assert run.returncode == 0, run.log[-3000:]
-    return Recorded(sc_workdir, run, experiment=SC_EXPERIMENT, trial="sc")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    rc, output = run_logged(cmd, str(d), "demo", env, 900)
+    assert rc == 0, output[-3000:]
+    logs = {name: (wd / f"{name}.log").read_text() for name in ("dump", "replay")}
+    return Demo(
+        wd,
+        Run(rc, logs["dump"], []),
+        experiment=SC_EXPERIMENT,
+        trial=SC_TRIAL,
+        train_overrides=SC_TRAIN_D2,
+        output=output,
+        replay=Run(rc, logs["replay"], []),
+    )
 
 
 @pytest.fixture(scope="session")
