@@ -5,7 +5,8 @@ Where AReaL is loaded (every training process) a logger is AReaL's own
 (``areal.utils.logging.getLogger``: its format, colours and levels). The
 ``areal-debug`` command never imports AReaL, which takes seconds, just to have a
 logger: there, a logger is the standard library's, under ``areal_debug.<name>``.
-The choice is made at the first message, so importing a module never loads AReaL.
+Where AReaL is not loaded yet, the choice is made at the first message, so
+importing a module never loads AReaL.
 """
 
 from __future__ import annotations
@@ -35,5 +36,13 @@ class _Logger:
 
 
 def get_logger(name: str) -> Any:
-    """A logger named ``name``: AReaL's where AReaL is loaded, else the standard one."""
-    return _Logger(name)
+    """A logger named ``name``: AReaL's where AReaL is loaded, else the standard one.
+
+    Where AReaL is already loaded the choice is made now, at import, as AReaL's own
+    modules make it: ``areal.utils.logging.getLogger`` re-applies AReaL's logging
+    configuration, binding every AReaL logger's handler to the current
+    ``sys.stdout``, which is not for a first message in mid-run to do."""
+    logger = _Logger(name)
+    if "areal" in sys.modules:
+        logger._resolve()
+    return logger

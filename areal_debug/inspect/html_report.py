@@ -130,7 +130,8 @@ def _chosen_steps(reader: RecordingReader, steps: str | None) -> list[int]:
     wanted = parse_int_list(steps, "--steps")
     if wanted is None:
         return complete
-    chosen = [s for s in complete if s in set(wanted)]
+    wanted_set = set(wanted)
+    chosen = [s for s in complete if s in wanted_set]
     if not chosen:
         raise InspectError(
             f"--steps {steps} names no complete step of {reader.path} (complete "
