@@ -46,8 +46,17 @@ def run_torchrun(
     env: dict | None = None,
     timeout: float = 600,
 ) -> Run:
-    """Run the fake-engine script under torchrun."""
-    return _run(workdir, name, torchrun(nproc), overrides, env, timeout)
+    """Run the fake-engine script under torchrun. A master port another process
+    took between ``free_port`` and torchrun's listen (the port is free when
+    picked, not reserved) is picked again, once."""
+    run = _run(workdir, name, torchrun(nproc), overrides, env, timeout)
+    if run.returncode != 0 and _master_port_taken(run.log):
+        run = _run(workdir, name, torchrun(nproc), overrides, env, timeout)
+    return run
+
+
+def _master_port_taken(log: str) -> bool:
+    return "server socket has failed to listen" in log and "EADDRINUSE" in log
 
 
 def run_launcher(
