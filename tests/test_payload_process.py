@@ -13,8 +13,8 @@ import pytest
 import torch
 from support.waiting import wait_until
 
-from areal_debug.recording import payload_process
-from areal_debug.recording.format import RecordingError
+from areal_debug.recording import payload_process, payload_router, step_files
+from areal_debug.recording.format import RecordingError, shard_meta_name
 from areal_debug.recording.packed_payload import pack, plan, unpack
 from areal_debug.recording.payload_process import (
     PayloadProcess,
@@ -100,6 +100,43 @@ def test_reading_training_memory_stores_the_same_bytes_as_shared_memory(
     (back,) = unpack(pack([odd_tensors()]))
     for k, v in odd_tensors().items():
         assert torch.equal(back[k], v), k
+
+
+def test_the_writer_process_writes_the_shard_metadata_the_thread_would(
+    tmp_path, monkeypatch
+):
+    # The JSON files this process writes: the shard's metadata is not one of
+    # them where the writer process stores the payload.
+    written = []
+    real = step_files.atomic_write_json
+
+    def recording_write(path, obj):
+        written.append(os.path.basename(path))
+        real(path, obj)
+
+    for module in (step_files, payload_router):
+        monkeypatch.setattr(module, "atomic_write_json", recording_write)
+    metas = {}
+    for use_process in (True, False):
+        path = str(tmp_path / f"process-{use_process}")
+        write_manifest(path, manifest())
+        w = RecordingWriter(
+            path, shard=0, num_shards=1, steps_per_epoch=10, writer_process=use_process
+        )
+        w.submit_batch(0, batch(8))
+        w.close()
+        assert w._payloads.process is None or use_process
+        metas[use_process] = RecordingReader(path).step_meta(0)["shards"][0]
+        thread_wrote = [n for n in written if n != "step.json"]
+        assert thread_wrote == ([] if use_process else [shard_meta_name(0)])
+        written.clear()
+    # The same metadata either way (the bytes differ: the writer process leaves
+    # the zip's CRC32 out, the sha256 covers them).
+    differ = {"sha256", "bytes"}
+    assert {k: v for k, v in metas[True].items() if k not in differ} == {
+        k: v for k, v in metas[False].items() if k not in differ
+    }
+    assert metas[True]["shard"] == 0 and metas[True]["num_trajectories"] == 4
 
 
 def test_where_memory_may_not_be_read_payloads_go_through_shared_memory(

@@ -6,12 +6,36 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import stat
-import tempfile
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from areal_debug.recording.format import TEMPORARY_PREFIX, RecordingError
+
+# Temporary names: a random suffix and O_EXCL (as tempfile, without its
+# per-call checks; a name taken, by a forked process's identical sequence too, is
+# simply drawn again).
+_names = random.Random()
+
+
+def _create_temporary(directory: str) -> tuple[int, str]:
+    """A new file in ``directory`` (made if missing), open for writing: (fd, path)."""
+    for _ in range(100):
+        tmp = os.path.join(
+            directory, f"{TEMPORARY_PREFIX}{_names.getrandbits(48):012x}"
+        )
+        try:
+            return os.open(tmp, _CREATE, 0o600), tmp
+        except FileExistsError:
+            continue
+        except FileNotFoundError:
+            # Only the first file of a directory pays for making it.
+            os.makedirs(directory, exist_ok=True)
+    raise FileExistsError(f"no free temporary name in {directory} after 100 tries")
+
+
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
 
 
 @contextlib.contextmanager
@@ -23,8 +47,7 @@ def atomic_file(path: str) -> Iterator[BinaryIO]:
     even if the process dies mid-write.
     """
     directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=TEMPORARY_PREFIX, dir=directory)
+    fd, tmp = _create_temporary(directory)
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
@@ -32,16 +55,35 @@ def atomic_file(path: str) -> Iterator[BinaryIO]:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        _remove(tmp)
         raise
     _fsync_dir(directory)
 
 
 def atomic_write_bytes(path: str, data: bytes | memoryview) -> None:
-    """Write ``data`` to ``path`` atomically (see ``atomic_file``)."""
-    with atomic_file(path) as f:
-        f.write(data)
+    """Write ``data`` to ``path`` atomically (as ``atomic_file``), in as few
+    system calls as that takes: each gives the GIL up, and the writer thread
+    then waits to take it back from a busy training thread."""
+    directory = os.path.dirname(path) or "."
+    fd, tmp = _create_temporary(directory)
+    try:
+        try:
+            view = memoryview(data).cast("B")
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        _remove(tmp)
+        raise
+    _fsync_dir(directory)
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
 
 
 def _fsync_dir(directory: str) -> None:

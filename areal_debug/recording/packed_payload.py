@@ -104,7 +104,9 @@ def plan(value: Any) -> PackPlan:
             offsets.append(0)
         groups[code].append(leaf)
         where.append(i)
-        rows.append([code, offsets[code], leaf.dim(), *leaf.shape])
+        # size(), not .shape: a quarter of the time, 768 times a step.
+        size = leaf.size()
+        rows.append([code, offsets[code], len(size), *size])
         offsets[code] += leaf.numel()
     width = 3 + max((len(r) - 3 for r in rows), default=0)
     table = [r + [0] * (width - len(r)) for r in rows]

@@ -23,15 +23,36 @@ Placed = tuple[str, int, list[int]]
 
 
 @dataclass(frozen=True, slots=True)
+class MetaFile:
+    """A payload's metadata file, written (atomically, as JSON) once the payload
+    is stored: ``fields``, the stored file's metadata, its description if asked.
+
+    Written where the payload is stored: by the writer process, the writer
+    thread is spared the dozen system calls it takes, each of them a GIL
+    hand-over with a busy training thread.
+    """
+
+    path: str
+    fields: dict[str, Any]
+
+    def body(
+        self, stored: dict[str, Any], described: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        return {**self.fields, **stored, **(described or {})}
+
+
+@dataclass(frozen=True, slots=True)
 class StoreRequest:
     """Store a payload at ``path`` through ``codec`` (``threads``: zstd's worker
-    threads); with ``describe`` describe it for the shard metadata too."""
+    threads); with ``describe`` describe it for the shard metadata too, with
+    ``meta`` write that file after it."""
 
     path: str
     codec: str
     level: int
     threads: int
     describe: bool
+    meta: MetaFile | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,11 +41,12 @@ from typing import Any
 
 import torch
 
-from areal_debug.recording.atomic import atomic_file
+from areal_debug.recording.atomic import atomic_file, atomic_write_json
 from areal_debug.recording.codecs import PayloadSink
 from areal_debug.recording.format import Codec, RecordingError
 from areal_debug.recording.packed_payload import PackPlan, numel, unpack
 from areal_debug.recording.payload_messages import (
+    MetaFile,
     Placed,
     Reply,
     ReplyStatus,
@@ -214,8 +215,9 @@ class PayloadProcess:
         level: int,
         describe: bool,
         threads: int = 0,
+        meta: MetaFile | None = None,
     ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        """Store the payload ``plan`` lays out, read by the writer process from
+        """Store the payload ``plan`` lays out (and its ``meta`` file), read by the writer process from
         this process's memory; ``MemoryNotReadable`` if it may not."""
         # The tensors stay referenced (and so in place) until the reply.
         dense = [[_dense(t) for t in group] for group in plan.groups]
@@ -225,6 +227,7 @@ class PayloadProcess:
             level,
             threads,
             describe,
+            meta,
             plan=dataclasses.replace(plan, groups=None),
             spans=[[(t.data_ptr(), t.nbytes) for t in group] for group in dense],
         )
@@ -244,9 +247,10 @@ class PayloadProcess:
         level: int,
         describe: bool,
         threads: int = 0,
+        meta: MetaFile | None = None,
     ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        """``store_packed`` in the writer process, through shared memory; its
-        errors raised here."""
+        """``store_packed`` (and its ``meta`` file) in the writer process,
+        through shared memory; its errors raised here."""
         tensors = {k: v for k, v in packed.items() if isinstance(v, torch.Tensor)}
         with self._lock:
             self._start()
@@ -263,6 +267,7 @@ class PayloadProcess:
                 level,
                 threads,
                 describe,
+                meta,
                 packed=plain,
                 tensors=dict(zip(tensors, layout, strict=False)),
                 buffers=layout[len(tensors) :],
@@ -573,6 +578,9 @@ def _store(
         )
     finally:
         described = described.result() if described is not None else None
+    if request.meta is not None:
+        check()
+        atomic_write_json(request.meta.path, request.meta.body(stored, described))
     return stored, described
 
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from areal_debug.recording import payload_process
+from areal_debug.recording.atomic import atomic_write_json
 from areal_debug.recording.format import Codec
 from areal_debug.recording.packed_payload import is_packed, pack, plan
+from areal_debug.recording.payload_messages import MetaFile
 from areal_debug.recording.payload_process import (
     MemoryNotReadable,
     WriterProcessUnavailable,
@@ -64,10 +66,15 @@ class PayloadRouter:
         return process is not None and process.reads_memory
 
     def store(
-        self, path: str, value: Any, describe: bool = False
+        self,
+        path: str,
+        value: Any,
+        describe: bool = False,
+        meta: MetaFile | None = None,
     ) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """Store ``value`` (a batch, or any container of tensors) or its packed
-        form; with ``describe`` also its shard description.
+        form; with ``describe`` also its shard description; with ``meta``
+        write that file after it.
 
         The writer process reads the tensors out of this process where it may,
         else gets them packed through shared memory; without a writer process
@@ -75,13 +82,15 @@ class PayloadRouter:
         """
         if self.process is not None:
             try:
-                return self._in_process(self.process, path, value, describe)
+                return self._in_process(self.process, path, value, describe, meta)
             except WriterProcessUnavailable as e:
                 _no_writer_process(e)
                 self.process = None
         packed = _packed(value)
         stored = save_payload(path, packed, self.codec, self.level, None, self.threads)
         described = describe_packed(packed) if describe else None
+        if meta is not None:
+            atomic_write_json(meta.path, meta.body(stored, described))
         return stored, described
 
     def _in_process(
@@ -90,8 +99,9 @@ class PayloadRouter:
         path: str,
         value: Any,
         describe: bool,
+        meta: MetaFile | None,
     ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        how = (self.codec, self.level, describe, self.threads)
+        how = (self.codec, self.level, describe, self.threads, meta)
         if process.reads_memory and not is_packed(value):
             try:
                 return process.store_plan(path, plan(value), *how)

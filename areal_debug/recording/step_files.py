@@ -30,6 +30,7 @@ from areal_debug.recording.format import (
     step_dirname,
     teacher_payload_name,
 )
+from areal_debug.recording.payload_messages import MetaFile
 from areal_debug.recording.payload_process import save_payload
 from areal_debug.recording.payload_router import PayloadRouter
 from areal_debug.recording.snapshot import (
@@ -49,6 +50,10 @@ from areal_debug.recording.writer_jobs import (
     TeacherLogpJob,
     logger,
 )
+
+# Steps whose own shard metadata a head keeps in memory (older ones are read
+# back from disk: a step whose teacher log-probs come that late).
+OWN_METAS_KEPT = 4
 
 
 def epoch_of(global_step: int, steps_per_epoch: int) -> tuple[int, int]:
@@ -82,6 +87,10 @@ class StepFiles:
         # Deletes after each step's statistics (the coordinator's writer only).
         self.retainer = retainer
         self._rng_sha256: dict[int, str] = {}
+        # This head's shard metadata of its latest steps, as written: step.json
+        # needs it, and reading back what was just written costs a dozen system
+        # calls (each one a GIL hand-over with a busy training thread).
+        self._own_metas: dict[int, dict[str, Any]] = {}
         self._handlers: dict[type[Job], Callable[[Any], None]] = {
             BatchJob: self._write_batch,
             TeacherLogpJob: self._write_teacher_logp,
@@ -130,16 +139,32 @@ class StepFiles:
         confirm once stored."""
         step_dir = self.step_dir(step)
         path = os.path.join(step_dir, shard_payload_name(self.shard, self.codec))
-        stored, described = self.payloads.store(path, batch, describe=True)
+        meta_file = MetaFile(
+            os.path.join(step_dir, shard_meta_name(self.shard)), {"shard": self.shard}
+        )
+        # Written with the payload (by the writer process, sparing this thread
+        # a dozen system calls), unless the copy is still to be confirmed while
+        # another head could take the metadata as the shard's (it writes
+        # step.json once every head's metadata is there).
+        early = pending is None or self.num_shards == 1
+        stored, described = self.payloads.store(
+            path, batch, describe=True, meta=meta_file if early else None
+        )
         if pending is not None:
             try:
                 # An in-place change still running during the copy shows now.
                 pending.confirm()
             except ChangedInPlace:
+                if early:
+                    os.unlink(meta_file.path)
                 os.unlink(path)
                 raise
-        meta = {"shard": self.shard, **stored, **described}
-        atomic_write_json(os.path.join(step_dir, shard_meta_name(self.shard)), meta)
+        meta = meta_file.body(stored, described)
+        if not early:
+            atomic_write_json(meta_file.path, meta)
+        self._own_metas[step] = meta
+        while len(self._own_metas) > OWN_METAS_KEPT:
+            del self._own_metas[min(self._own_metas)]
         logger.info(
             f"Recorded step {step} shard {self.shard + 1}/{self.num_shards}: "
             f"{meta['num_trajectories']} trajectories, {meta['num_tokens']} tokens, "
@@ -169,6 +194,9 @@ class StepFiles:
         step_dir = self.step_dir(step)
         metas = []
         for shard in range(self.num_shards):
+            if shard == self.shard and step in self._own_metas:
+                metas.append(self._own_metas[step])
+                continue
             p = os.path.join(step_dir, shard_meta_name(shard))
             if not os.path.exists(p):
                 return
