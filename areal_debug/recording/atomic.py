@@ -17,6 +17,7 @@ from areal_debug.recording.format import TEMPORARY_PREFIX, RecordingError
 # per-call checks; a name taken, by a forked process's identical sequence too, is
 # simply drawn again).
 _names = random.Random()
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
 
 
 def _create_temporary(directory: str) -> tuple[int, str]:
@@ -33,9 +34,6 @@ def _create_temporary(directory: str) -> tuple[int, str]:
             # Only the first file of a directory pays for making it.
             os.makedirs(directory, exist_ok=True)
     raise FileExistsError(f"no free temporary name in {directory} after 100 tries")
-
-
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
 
 
 @contextlib.contextmanager
