@@ -37,38 +37,15 @@ def _create_temporary(directory: str) -> tuple[int, str]:
 
 
 @contextlib.contextmanager
-def atomic_file(path: str) -> Iterator[BinaryIO]:
-    """A file to write ``path`` through: a temporary name in the same directory,
-    fsynced and renamed into place when the block ends without an error.
-
-    A reader sees either no file or the whole file, never a half-written one,
-    even if the process dies mid-write.
-    """
-    directory = os.path.dirname(path) or "."
-    fd, tmp = _create_temporary(directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        _remove(tmp)
-        raise
-    _fsync_dir(directory)
-
-
-def atomic_write_bytes(path: str, data: bytes | memoryview) -> None:
-    """Write ``data`` to ``path`` atomically (as ``atomic_file``), in as few
+def _atomic_fd(path: str) -> Iterator[int]:
+    """A descriptor to write ``path`` through (see ``atomic_file``), in as few
     system calls as that takes: each gives the GIL up, and the writer thread
     then waits to take it back from a busy training thread."""
     directory = os.path.dirname(path) or "."
     fd, tmp = _create_temporary(directory)
     try:
         try:
-            view = memoryview(data).cast("B")
-            while view:
-                view = view[os.write(fd, view) :]
+            yield fd
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -77,6 +54,28 @@ def atomic_write_bytes(path: str, data: bytes | memoryview) -> None:
         _remove(tmp)
         raise
     _fsync_dir(directory)
+
+
+@contextlib.contextmanager
+def atomic_file(path: str) -> Iterator[BinaryIO]:
+    """A file to write ``path`` through: a temporary name in the same directory,
+    fsynced and renamed into place when the block ends without an error.
+
+    A reader sees either no file or the whole file, never a half-written one,
+    even if the process dies mid-write.
+    """
+    with _atomic_fd(path) as fd, os.fdopen(fd, "wb", closefd=False) as f:
+        yield f
+        f.flush()
+
+
+def atomic_write_bytes(path: str, data: bytes | memoryview) -> None:
+    """Write ``data`` to ``path`` atomically (see ``atomic_file``), with bare
+    system calls: no buffered file object around them."""
+    with _atomic_fd(path) as fd:
+        view = memoryview(data).cast("B")
+        while view:
+            view = view[os.write(fd, view) :]
 
 
 def _remove(path: str) -> None:

@@ -217,8 +217,9 @@ class PayloadProcess:
         threads: int = 0,
         meta: MetaFile | None = None,
     ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        """Store the payload ``plan`` lays out (and its ``meta`` file), read by the writer process from
-        this process's memory; ``MemoryNotReadable`` if it may not."""
+        """Store the payload ``plan`` lays out (and its ``meta`` file), read by
+        the writer process from this process's memory; ``MemoryNotReadable`` if
+        it may not."""
         # The tensors stay referenced (and so in place) until the reply.
         dense = [[_dense(t) for t in group] for group in plan.groups]
         request = StorePlan(
