@@ -39,7 +39,7 @@ $(STAMP): pyproject.toml requirements/cpu.txt requirements/constraints-cpu.txt $
 
 # The tests never install anything on the system: those that need mkfs.xfs and
 # root (tests/test_reflinks.py) or a headless chromium (tests/test_html_report.py)
-# say so when skipped; .ci/run installs xfsprogs and chromium.
+# say so when skipped (and fail where CI=true); .ci/run installs xfsprogs and chromium.
 PYTEST := OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=15
 
 test: setup

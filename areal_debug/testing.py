@@ -13,6 +13,7 @@ in processes of their own.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -47,6 +48,17 @@ def shipped_configs() -> list[Path]:
 def example_config(sc: bool = False) -> Path:
     """The shipped config of the example: single-controller (``sc``) or SPMD."""
     return SINGLE_CONTROLLER_CONFIG if sc else SPMD_CONFIG
+
+
+_INTERPOLATION = re.compile(r"(\\*)\$\{")
+
+
+def config_literal(value: str) -> str:
+    """``value`` as a YAML string that OmegaConf (and so AReaL's config loading)
+    reads back unchanged: every ``${`` escaped, so recorded text never becomes an
+    interpolation (``${oc.env:...}`` and the like). Backslashes right before one
+    are doubled, as OmegaConf's grammar reads them there."""
+    return _INTERPOLATION.sub(lambda m: m.group(1) * 2 + "\\${", value)
 
 
 def free_port() -> int:

@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
+import gc
 import os
 import sys
 
@@ -6,6 +7,9 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+
+# What a browser test uses (support.browser.needs_browser): the headless browser.
+from support.browser import headless_browser  # noqa: E402, F401
 
 # The tiny assets and the run directories every process-level test runs in.
 # The recordings the process-level tests replay from, recorded once per test run.
@@ -36,11 +40,47 @@ from support.scripts import (
 from support.workdirs import tiny_assets, workdir  # noqa: E402, F401
 
 # Every process a test starts skips Python's final garbage collections (see
-# tests/site/sitecustomize.py): it inherits this PYTHONPATH.
+# tests/site/sitecustomize.py): it inherits this PYTHONPATH. Not those of a test
+# marked production_gc (the fixture below).
 _SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "site")
 os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (_SITE, os.environ.get("PYTHONPATH")) if p
 )
+
+
+def _without_test_site(pythonpath: str) -> list[str]:
+    return [
+        p for p in pythonpath.split(os.pathsep) if p and os.path.abspath(p) != _SITE
+    ]
+
+
+def _suite_gc_here():
+    """tests/site/sitecustomize.py where this process loaded it (a pytest-xdist
+    worker inherits the PYTHONPATH above), else None."""
+    module = sys.modules.get("sitecustomize")
+    file = getattr(module, "__file__", None)
+    return module if file and os.path.dirname(os.path.abspath(file)) == _SITE else None
+
+
+@pytest.fixture(autouse=True)
+def production_gc_when_marked(request, monkeypatch):
+    """A test marked production_gc (signals, crashes, process hygiene: how
+    processes end) runs with Python's own garbage collector: every process it
+    starts does without tests/site on PYTHONPATH, and this process uses the
+    interpreter's thresholds while it runs."""
+    if request.node.get_closest_marker("production_gc") is None:
+        return
+    kept = _without_test_site(os.environ.get("PYTHONPATH", ""))
+    if kept:
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join(kept))
+    else:
+        monkeypatch.delenv("PYTHONPATH", raising=False)
+    suite_gc = _suite_gc_here()
+    if suite_gc is not None:
+        raised = gc.get_threshold()
+        gc.set_threshold(*suite_gc.DEFAULT_THRESHOLD)
+        request.addfinalizer(lambda: gc.set_threshold(*raised))
+
 
 # The session recordings, by the group whose worker records them.
 FIXTURE_GROUPS = {

@@ -229,14 +229,13 @@ def _():
 
 
 def stage_method_table() -> dict[str, tuple[str, ...]]:
-    """The probed methods by role: areal_compat.STAGE_METHODS (or the stages' own
-    table, should it move to stages/probes.py), and the reference's forward pass,
-    which the probes count."""
+    """The probed methods by role: areal_compat.STAGE_METHODS, and the reference's
+    forward pass, which the probes count. Read by name, not looked up: a renamed
+    table fails here rather than dropping its check."""
     from areal_debug.stages import probes
 
-    table = getattr(probes, "STAGE_METHODS", None) or areal_compat.STAGE_METHODS
-    forward = getattr(probes, "_REF_FORWARD", None)
-    return {**table, "ref": table["ref"] + ((forward,) if forward else ())}
+    table = areal_compat.STAGE_METHODS
+    return {**table, "ref": (*table["ref"], probes._REF_FORWARD)}
 
 
 @check(

@@ -6,15 +6,16 @@ actor (the one replay this module starts) and fails on an altered payload."""
 import json
 import os
 import shutil
-import sys
 
 import pytest
 from support.harness import run_logged
 from test_cli_inspect import flip_reward, rewrite_payload
 
 from areal_debug.cli import main
+from areal_debug.inspect import extract
 from areal_debug.recording.format import MANIFEST, step_dirname
 from areal_debug.recording.reader import RecordingReader
+from reliability.hostile_names import PYTEST, HostileCase
 
 pytestmark = pytest.mark.areal
 
@@ -30,30 +31,57 @@ def run_generated_tests(directory, cwd, name: str) -> tuple[int, str]:
     env.pop("PYTHONPATH", None)
     # Its own --basetemp: a numbered one would make pytest prune older numbered
     # directories, this session's (and its recordings) among them.
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        f"--basetemp={cwd}/basetemp",
-        str(directory),
-    ]
+    cmd = [*PYTEST, f"--basetemp={cwd}/basetemp", str(directory)]
     return run_logged(cmd, str(cwd), name, env, timeout=600)
 
 
+# The suite's recording under hostile names (reliability/hostile_names.py): its
+# directory, the run's names and its model path hold shell, Python, HTML and
+# template text with probes that would leave a file in MARKERS if they ran, and
+# bytes that are not UTF-8; the one replay below runs through all of them.
+HOSTILE = HostileCase.everything()
+
+
+def rename(obj, key: str, old: str, new: str) -> None:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k == key and v == old:
+                obj[k] = new
+            else:
+                rename(v, key, old, new)
+
+
 @pytest.fixture(scope="module")
-def extracted(spmd_d1, tmp_path_factory):
-    out = tmp_path_factory.mktemp("extract") / "repro"
-    assert (
-        main(["extract", spmd_d1.path, "--step", str(STEP), "-o", str(out), "--json"])
-        == 0
-    )
+def hostile_source(spmd_d1, tmp_path_factory):
+    """A copy of ``spmd_d1`` named and configured with HOSTILE's text; its model
+    path a link to the tiny model under a hostile name."""
+    root = tmp_path_factory.mktemp("hostile")
+    rec = root / ("rec-" + HOSTILE.dirname)
+    shutil.copytree(spmd_d1.path, rec)
+    model = root / ("model-" + HOSTILE.dirname)
+    os.symlink(spmd_d1.workdir / "model", model)
+    with open(rec / MANIFEST) as f:
+        manifest = json.load(f)
+    # As a run so named records them: every section's copy of the names too.
+    rename(manifest, "experiment_name", manifest["experiment_name"], HOSTILE.experiment)
+    rename(manifest, "trial_name", manifest["trial_name"], HOSTILE.trial)
+    manifest["config"]["actor"]["path"] = str(model)
+    with open(rec / MANIFEST, "w") as f:
+        json.dump(manifest, f)
+    return rec, str(model)
+
+
+@pytest.fixture(scope="module")
+def extracted(hostile_source, tmp_path_factory):
+    rec, _ = hostile_source
+    out = tmp_path_factory.mktemp("extract") / ("repro-" + HOSTILE.dirname)
+    assert main(["extract", str(rec), "--step", str(STEP), "-o", str(out)]) == 0
     return out
 
 
-def test_extract_writes_a_faithful_valid_recording(extracted, spmd_d1, capsys):
+def test_extract_writes_a_faithful_valid_recording(
+    extracted, hostile_source, spmd_d1, capsys
+):
     rec = extracted / "recording"
     reader = RecordingReader(str(rec))
     # The kept checkpoint of step 1 restores the policy before step 2.
@@ -67,17 +95,25 @@ def test_extract_writes_a_faithful_valid_recording(extracted, spmd_d1, capsys):
     with open(rec / MANIFEST) as f:
         origin = json.load(f)["extracted_from"]
     assert origin["faithful"] is True and origin["checkpoint"] == STEP - 1
-    test_file = (extracted / f"test_replay_step_{STEP}.py").read_text()
-    assert "Faithful" in test_file and "OMP_NUM_THREADS" in test_file
-    assert str(spmd_d1.workdir / "model") in test_file  # the recorded actor.path
-    assert "AREAL_DEBUG_REPRO_MODEL" in test_file and "master-port" in test_file
+    # The test is the package's fixed file; what was recorded is data beside it.
+    test_file = (extracted / f"test_replay_step_{STEP}.py").read_bytes()
+    assert test_file == (extract.REPRODUCER_FILES / extract.TEST).read_bytes()
+    spec = json.loads((extracted / extract.SPEC).read_text())
+    assert spec["faithful"] is True and spec["step"] == STEP
+    assert spec["model"] == hostile_source[1]  # the recorded actor.path
+    assert spec["source"]["experiment"] == HOSTILE.experiment
+    assert spec["model_env"] == "AREAL_DEBUG_REPRO_MODEL"
+    assert "Faithful" in (extracted / extract.README).read_text(errors="replace")
 
 
 def test_generated_test_replays_the_step_and_fails_on_altered_payloads(
     extracted, tmp_path
 ):
+    # Collected and run from a directory of its own: a probe of the hostile names
+    # that ran would leave a file there.
     rc, log = run_generated_tests(extracted, tmp_path / "fresh", "repro")
     assert rc == 0 and "2 passed" in log, log[-4000:]
+    assert sorted(os.listdir(tmp_path / "fresh")) == ["basetemp", "repro.log"]
 
     # A flipped byte: the checksum check fails, before any replay starts.
     flipped = tmp_path / "flipped"
@@ -113,8 +149,8 @@ def test_subset_and_checkpointless_extracts_say_what_they_can_assert(
     subset = reader.load_shard(3, 0)
     assert subset[1]["input_ids"].equal(whole[5]["input_ids"])
     assert reader.recorded_stats(3) == {}  # none of the recorded ones applies
-    text = (out / "test_replay_step_3.py").read_text()
-    assert "none of them applies" in text and "FAITHFUL = False" in text
+    spec = json.loads((out / extract.SPEC).read_text())
+    assert "none of them applies" in spec["asserts"] and spec["faithful"] is False
 
     out = tmp_path / "nockpt"
     assert (

@@ -27,6 +27,10 @@ from areal_debug.cli import main as cli
 from areal_debug.recording.format import STEP_META, step_dirname
 from areal_debug.recording.reader import RecordingReader
 
+# A killed run and its resumption are the subject: Python's own garbage
+# collector, as in production (tests/site/sitecustomize.py does not apply).
+pytestmark = pytest.mark.production_gc
+
 STEPS = 5
 DUMP = [
     f"total_train_steps={STEPS}",

@@ -3,10 +3,14 @@
 areal-debug 0.1 (SPMD, the fake engine, the tiny model, 2 steps), is read and
 replayed by this version, whose own recordings are version 2.
 
-The fixture was recorded on another machine: CPU matrix kernels differ in the last
-bits between CPUs (measured: this machine's replay differs from it by at most a few
-1e-5 relative, in 13 and 16 of the ~100 statistics), so the replay is compared with
-a tolerance that any wrong, missing or reordered trajectory exceeds by orders of
+The statistics of the batch alone (counts, lengths, rewards: ``BATCH_PREFIXES``,
+computed from the recorded trajectories before any forward pass) must come back
+bit for bit: no CPU arithmetic of the model is in them. The statistics of the
+model's arithmetic (log-probabilities, losses, gradients, ...) are compared with a
+tolerance: the fixture was recorded on another machine, and CPU matrix kernels
+differ in the last bits between CPUs (measured: this machine's replay differs from
+it by at most a few 1e-5 relative, in 13 and 16 of the ~100 statistics), a
+tolerance that any wrong, missing or reordered trajectory exceeds by orders of
 magnitude."""
 
 import json
@@ -16,6 +20,7 @@ from pathlib import Path
 import pytest
 from support.harness import recording_dir, replay_report, run_torchrun
 
+from areal_debug.inspect.extract import BATCH_PREFIXES
 from areal_debug.recording.format import FORMAT_VERSION
 from areal_debug.recording.reader import RecordingReader
 
@@ -48,8 +53,14 @@ def test_a_version_1_recording_replays_to_its_statistics(workdir):
     report = replay_report(str(workdir))
     assert report["summary"]["steps"] == 2
     for entry in report["steps"]:
-        assert len(entry["metrics"]) > 90
-        for name, metric in entry["metrics"].items():
+        metrics = entry["metrics"]
+        assert len(metrics) > 90
+        batch = {n: m for n, m in metrics.items() if n.startswith(BATCH_PREFIXES)}
+        model = {n: m for n, m in metrics.items() if n not in batch}
+        assert batch and model, sorted(metrics)
+        for name, metric in batch.items():
+            assert metric["status"] == "identical", (name, metric)
+        for name, metric in model.items():
             if metric["status"] != "identical":
                 close = metric["rel_diff"] < 1e-3 or metric["abs_diff"] < 1e-6
                 assert close, (name, metric)

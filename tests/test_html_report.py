@@ -15,6 +15,7 @@ import re
 
 import pytest
 from support.browser import needs_browser, open_page
+from support.system_parts import missing_system_part
 from test_cli_inspect import record_with_stats, report_path, run_json
 
 from areal_debug import cli
@@ -259,7 +260,7 @@ def test_report_of_the_suites_recording_and_its_replay(
     assert data["details"]["2"]["prompts"][row["prompt"]].startswith("user: what is")
     assert row["versions"] == [2, 2] and row["staleness"] == [0, 0]
     if (why := browser_missing()) is not None:
-        pytest.skip(why)
+        missing_system_part(why)
     with open_page(str(out)) as page:
         assert page.errors == [] and page.outside_requests == []
         assert "identical" in page.inner_text("#verdict")
@@ -300,7 +301,7 @@ def test_report_of_a_divergent_replay_of_the_suites_recording(
     result = html_report.build_report(spmd_d1.path, str(edited), str(out))
     assert result.first_divergence == (3, GRAD_NORM)
     if (why := browser_missing()) is not None:
-        pytest.skip(why)
+        missing_system_part(why)
     with open_page(str(out)) as page:
         assert page.errors == []
         marker = page.inner_text("#first-divergence")

@@ -3,8 +3,10 @@
 it ends with its parent."""
 
 import errno
+import json
 import os
 import signal
+import site
 import subprocess
 import sys
 import textwrap
@@ -12,7 +14,9 @@ import textwrap
 import pytest
 import torch
 from support.waiting import wait_until
+from support.writer_reporting_sys_path import REPORT_ENV
 
+import areal_debug
 from areal_debug.recording import payload_process, payload_router, step_files
 from areal_debug.recording.format import RecordingError, shard_meta_name
 from areal_debug.recording.packed_payload import pack, plan, unpack
@@ -196,6 +200,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.production_gc
 def test_it_ends_when_the_training_process_is_killed(tmp_path):
     parent = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(PARENT), str(tmp_path / "x.pt")],
@@ -250,6 +255,7 @@ def test_a_writer_process_that_cannot_start_leaves_the_writer_thread_to_store(
     assert RecordingReader(path).available_steps() == [0]
 
 
+@pytest.mark.production_gc
 def test_a_writer_process_killed_mid_run_stops_the_recording_not_training(
     tmp_path, monkeypatch
 ):
@@ -271,3 +277,93 @@ def test_a_writer_process_killed_mid_run_stops_the_recording_not_training(
     (stop,) = reader.stopped()
     assert stop["step"] == 1 and "writer process exited" in stop["error"]
     assert isinstance(w.stopped[1], RecordingError)
+
+
+@pytest.fixture
+def yama_scope_1(tmp_path, monkeypatch) -> list[int]:
+    """Yama's ptrace_scope 1 (this machine may have no Yama at all), with the
+    prctl(PR_SET_PTRACER) calls recorded instead of made: the pids given, in order."""
+    scope = tmp_path / "ptrace_scope"
+    scope.write_text("1\n")
+    monkeypatch.setattr(payload_process, "YAMA_SCOPE", str(scope))
+    calls: list[int] = []
+
+    def recorded(pid: int) -> bool:
+        calls.append(pid)
+        return True
+
+    monkeypatch.setattr(payload_process, "_set_ptracer", recorded)
+    return calls
+
+
+def test_the_memory_reading_permission_ends_with_the_writer_process(
+    tmp_path, yama_scope_1
+):
+    process = PayloadProcess()
+    try:
+        process.store(str(tmp_path / "x.pt"), pack(batch(8)), "zstd", 1, False)
+        pid = process._proc.pid
+        assert yama_scope_1 == [pid] and process.ptrace_grantee == pid
+    finally:
+        process.close()
+    assert yama_scope_1 == [pid, 0] and process.ptrace_grantee is None
+
+
+def test_the_memory_reading_permission_ends_when_the_writer_process_is_killed(
+    tmp_path, yama_scope_1, monkeypatch
+):
+    process = PayloadProcess()
+    try:
+        process.store(str(tmp_path / "x.pt"), pack(batch(8)), "zstd", 1, False)
+        pid = process._proc.pid
+        # Killed after the store has found it running: the request finds it dead.
+        real_request = process._request
+
+        def killed_first(request, fd=None):
+            os.kill(pid, signal.SIGKILL)
+            return real_request(request, fd)
+
+        monkeypatch.setattr(process, "_request", killed_first)
+        with pytest.raises(RecordingError, match="writer process exited"):
+            process.store(str(tmp_path / "y.pt"), pack(batch(8)), "zstd", 1, False)
+        assert yama_scope_1 == [pid, 0] and process.ptrace_grantee is None
+        # The next store starts another writer process, and names that one.
+        monkeypatch.setattr(process, "_request", real_request)
+        process.store(str(tmp_path / "z.pt"), pack(batch(8)), "zstd", 1, False)
+        again = process._proc.pid
+        assert yama_scope_1 == [pid, 0, again] and process.ptrace_grantee == again
+    finally:
+        process.close()
+    assert yama_scope_1[-1] == 0 and process.ptrace_grantee is None
+
+
+@pytest.mark.parametrize("installed", [False, True], ids=["checkout", "installed"])
+def test_the_writer_process_imports_the_standard_library_first_and_this_package(
+    tmp_path, monkeypatch, installed
+):
+    """Where this package was imported from is importable in the writer process
+    without going ahead of the standard library; installed, that place is
+    site-packages (here: the venv's, which finds this checkout)."""
+    report = tmp_path / "sys-path.json"
+    monkeypatch.setenv(REPORT_ENV, str(report))
+    monkeypatch.setenv("PYTHONPATH", TESTS)
+    monkeypatch.setattr(
+        payload_process, "CHILD_MODULE", "support.writer_reporting_sys_path"
+    )
+    # Not the checkout: the current directory is on its sys.path ('' of -c).
+    monkeypatch.chdir(tmp_path)
+    root = site.getsitepackages()[0] if installed else payload_process._package_root()
+    monkeypatch.setattr(payload_process, "_package_root", lambda: root)
+    process = PayloadProcess()
+    try:
+        process.store(str(tmp_path / "x.pt"), pack(batch(8)), "zstd", 1, False)
+    finally:
+        process.close()
+    child = json.loads(report.read_text())
+    path = [os.path.abspath(p) for p in child["sys_path"]]
+    stdlib = path.index(os.path.abspath(child["stdlib"]))
+    site_packages = {os.path.abspath(p) for p in child["site_packages"]}
+    sites = [i for i, p in enumerate(path) if p in site_packages]
+    assert sites and all(stdlib < i for i in sites), child["sys_path"]
+    assert stdlib < path.index(root) <= min(sites), child["sys_path"]
+    assert os.path.samefile(child["areal_debug"], areal_debug.__file__)

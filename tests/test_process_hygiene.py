@@ -21,6 +21,10 @@ from support.harness import (
 from support.recordings import SPMD_D2_STEPS
 from support.waiting import wait_until
 
+# How processes end is the subject: Python's own garbage collector, as in
+# production (tests/site/sitecustomize.py does not apply).
+pytestmark = pytest.mark.production_gc
+
 
 def run_processes(workdir: str) -> list[psutil.Process]:
     """Live processes started for runs under ``workdir``."""

@@ -3,13 +3,15 @@
 and still independent of AReaL's in-place rewrite of its checkpoint.
 
 Runs on a loop-mounted XFS (root and mkfs.xfs: ``.ci/run`` installs xfsprogs;
-``make test`` installs nothing on the system); skipped, saying why, elsewhere.
+``make test`` installs nothing on the system); skipped, saying why, elsewhere
+(failed in CI: support.system_parts).
 """
 
 import hashlib
 import os
 
 import pytest
+from support.system_parts import missing_system_part
 from support.xfs import ReflinkFilesystemUnavailable, used_bytes, xfs_mount
 
 from areal_debug.recording.checkpoints import _TreeCopy
@@ -23,7 +25,7 @@ def xfs(tmp_path):
         with xfs_mount(tmp_path) as mountpoint:
             yield mountpoint
     except ReflinkFilesystemUnavailable as e:
-        pytest.skip(f"no filesystem with reflinks here: {e}")
+        missing_system_part(f"no filesystem with reflinks here: {e}")
 
 
 def checkpoint(root) -> str:

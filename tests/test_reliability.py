@@ -5,12 +5,15 @@ families run in tests/test_hostile_recordings.py."""
 
 from __future__ import annotations
 
+import pytest
+
 from areal_debug.recording.format import RecordingError
 from areal_debug.recording.lock import RecordingLock, writer_of
 from areal_debug.recording.writer import sweep_leftovers
 from reliability import concurrent, crash, full_disk, read_only
 
 
+@pytest.mark.production_gc
 def test_killed_and_resumed_dump_runs_keep_every_promise(tmp_path):
     kills, resumed = crash.run(str(tmp_path), chains=1, kills_per_chain=3, seed=0)
     assert kills.all_handled and resumed.all_handled, kills.failures + resumed.failures

@@ -178,6 +178,7 @@ def test_spmd_recording_replays_in_single_controller_mode(workdir, spmd_d1):
     assert_no_workers_left(workdir)
 
 
+@pytest.mark.production_gc
 def test_failing_replay_exits_nonzero_and_leaves_no_worker(sc_d2):
     # A changed learning rate diverges at step 0; fail_on_divergence stops the run.
     # On one worker (the recording's batches re-split): what must end is the same.
@@ -220,6 +221,7 @@ def interrupt(workdir, name, mode_overrides, server_addr, wait_for, send) -> int
         end_session(proc)
 
 
+@pytest.mark.production_gc
 def test_ctrl_c_to_the_controller_alone_during_a_dump_leaves_no_worker(
     sc_workdir, cpu_server
 ):
@@ -244,6 +246,7 @@ def test_ctrl_c_to_the_controller_alone_during_a_dump_leaves_no_worker(
     assert "KeyboardInterrupt" in log
 
 
+@pytest.mark.production_gc
 def test_sigterm_to_the_controller_leaves_no_worker(sc_d2):
     # A job system's kill reaches the controller alone; its worker must follow
     # (one: the two-worker recording re-split, as any worker count would do).

@@ -12,6 +12,10 @@ import textwrap
 
 import pytest
 
+# Signals landing in cleanup code are the subject: Python's own garbage
+# collector, as in production (tests/site/sitecustomize.py does not apply).
+pytestmark = pytest.mark.production_gc
+
 # The signal arrives while a weakref callback runs, as when the garbage
 # collector happens to run one at that moment: Python prints "Exception
 # ignored in" and goes on.

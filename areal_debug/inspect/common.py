@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import shlex
 import sys
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
@@ -108,6 +109,19 @@ def to_jsonable(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [to_jsonable(v) for v in obj]
     return obj
+
+
+def override_word(key: str, value: Any) -> str:
+    """``key=value`` as one shell word for a person to paste into a command line
+    (the value as a config override writes it): recorded text, quotes, ``$(...)``
+    and newlines included, it arrives as it is."""
+    if isinstance(value, bool):
+        text = str(value).lower()
+    elif value is None:
+        text = "null"
+    else:
+        text = str(value)
+    return shlex.quote(f"{key}={text}")
 
 
 def package_version(name: str) -> str | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import shutil
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,7 @@ from areal_debug.inspect.common import (
     InspectError,
     first_line,
     human_bytes,
+    override_word,
     package_version,
 )
 from areal_debug.recording.format import KEPT, dir_bytes, kept_steps, step_dirname
@@ -182,7 +184,7 @@ def config_differences(recorded: dict, current: dict) -> list[Finding]:
                     f"{key} is {vb!r}, the recording was made with {va!r}",
                     "the recorded batches hold groups of that many samples per "
                     "prompt; group reward normalisation would mix groups",
-                    f"set {key}={va}",
+                    f"set {override_word(key, va)}",
                 )
             )
             continue
@@ -193,7 +195,7 @@ def config_differences(recorded: dict, current: dict) -> list[Finding]:
                 "training then differs from the dump run: the replay diverges "
                 "from the recorded statistics (expected only if this is the "
                 "change you are testing)",
-                f"set {key}={va!r} to reproduce the recording exactly",
+                f"set {override_word(key, va)} to reproduce the recording exactly",
             )
         )
     return findings
@@ -215,7 +217,7 @@ def _versions(reader: RecordingReader) -> list[Finding]:
                     f"{recorded}",
                     "kernels and training code may differ between versions, so a "
                     "replay may not be bitwise",
-                    f"install {name}=={recorded} to reproduce exactly",
+                    f"install {shlex.quote(f'{name}=={recorded}')} to reproduce exactly",
                 )
             )
     return out
@@ -462,7 +464,7 @@ def _paths(reader: RecordingReader, config, kind: str) -> list[Finding]:
                 "doctor checked this recording, but the run would "
                 + ("replay" if kind == "replay" else "write")
                 + " the other one",
-                f"add debug.path={reader.path} to the command",
+                f"add {override_word('debug.path', reader.path)} to the command",
             )
         )
     model = config.actor.path

@@ -20,11 +20,12 @@ asserts what can honestly be asserted:
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import os
+import shlex
 import shutil
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -46,11 +47,25 @@ from areal_debug.recording.format import MANIFEST, STEP_META, step_dirname
 from areal_debug.recording.manifest import SINGLE_CONTROLLER, Manifest
 from areal_debug.recording.reader import RecordingReader, format_ranges
 from areal_debug.recording.writer import RecordingWriter
+from areal_debug.testing import config_literal
 
 RECORDING = "recording"
 CONFIG = "config.yaml"
 SCRIPT = "replay.py"
+# The fixed test (package data), written as test_replay_step_N.py.
+TEST = "test_replay.py"
+# Everything recorded that the test needs, as data (JSON), and the same in words.
+SPEC = "reproducer.json"
+README = "README.md"
+REPRODUCER_FORMAT = 1
+REPRODUCER_FILES = Path(__file__).resolve().parent / "reproducer"
 MODEL_ENV = "AREAL_DEBUG_REPRO_MODEL"
+# Config keys the generated test sets in its own copy of config.yaml.
+SET_BY_TEST = ("cluster.fileroot", "actor.path", "debug.path")
+# The reproducer's own run names (the recorded ones are in reproducer.json).
+REPRO_EXPERIMENT = "areal-debug-repro"
+# Recorded text in README.md: a path that is not valid UTF-8 stays readable.
+TEXT = ("utf-8", "backslashreplace")
 
 # Statistics fixed by the batch alone (AReaL computes them before any forward
 # pass): they must match whatever weights the replay starts from. Counts and
@@ -418,7 +433,9 @@ def _finite_names(stats: dict[str, float]) -> list[str]:
     return sorted(k for k, v in stats.items() if math.isfinite(v))
 
 
-def _replay_yaml(reader: RecordingReader, plan, target: int) -> tuple[str, list[str]]:
+def _replay_yaml(
+    reader: RecordingReader, plan, target: int
+) -> tuple[str, list[str], list[str]]:
     """The dump run's config as a replay config for AReaL's GRPOConfig.
 
     Paths under the recorded fileroot become ``${cluster.fileroot}``, copies of
@@ -444,6 +461,8 @@ def _replay_yaml(reader: RecordingReader, plan, target: int) -> tuple[str, list[
         if isinstance(obj, list):
             return [rewrite(v, where) for v in obj]
         if isinstance(obj, str):
+            # Recorded text stays text: OmegaConf would read a recorded "${...}"
+            # as an interpolation. Only the two references below are ours.
             if model and obj == model and where != "actor.path":
                 return "${actor.path}"
             if (
@@ -451,9 +470,12 @@ def _replay_yaml(reader: RecordingReader, plan, target: int) -> tuple[str, list[
                 and where != "cluster.fileroot"
                 and (obj == fileroot or obj.startswith(fileroot.rstrip("/") + "/"))
             ):
-                return "${cluster.fileroot}" + obj[len(fileroot.rstrip("/")) :]
+                rest = obj[len(fileroot.rstrip("/")) :]
+                return "${cluster.fileroot}" + config_literal(_utf8(rest, where, notes))
+            return config_literal(_utf8(obj, where, notes))
         return obj
 
+    notes: list[str] = []
     cfg = rewrite(cfg, "")
     debug = dict(cfg.get("debug") or {})
     debug.update(
@@ -485,35 +507,50 @@ def _replay_yaml(reader: RecordingReader, plan, target: int) -> tuple[str, list[
             for key in ("freq_epochs", "freq_steps", "freq_secs"):
                 if key in cfg[section]:
                     cfg[section][key] = None
+    # The replay is a run of its own: names of its own, so no recorded name
+    # becomes a directory of the replay (a name may hold "/" or ".."). Every
+    # section's copy of a name (saver, recover, stats_logger, ...) follows.
+    _rename(cfg, "experiment_name", reader.manifest.experiment_name, REPRO_EXPERIMENT)
+    _rename(cfg, "trial_name", reader.manifest.trial_name, f"step-{target}")
+    cfg["experiment_name"], cfg["trial_name"] = REPRO_EXPERIMENT, f"step-{target}"
+    # No recorded text in the comment: a recorded newline would end it.
     header = (
-        f"# The config of {reader.manifest.experiment_name}/"
-        f"{reader.manifest.trial_name} as its manifest records it, made a replay of "
-        f"step {target}\n# by areal-debug extract. The test sets cluster.fileroot, "
-        "actor.path and debug.path.\n"
+        "# The recorded run's config (reproducer.json names the run) made a replay\n"
+        "# by areal-debug extract. The test sets cluster.fileroot, actor.path and\n"
+        "# debug.path in a copy of its own; read it with yaml.safe_load.\n"
     )
-    return header + yaml.safe_dump(cfg, sort_keys=True), dropped
+    return header + yaml.safe_dump(cfg, sort_keys=True), dropped, notes
 
 
-_REPLAY_SCRIPT = '''\
-# SPDX-License-Identifier: Apache-2.0
-"""Replays the extracted recording: AReaL's PPO trainer, no dataset, no inference.
+def _rename(cfg: Any, key: str, old: str, new: str) -> None:
+    """Set ``key`` to ``new`` at the top of ``cfg`` and wherever it is ``old``."""
+    if isinstance(cfg, dict):
+        for k, v in cfg.items():
+            if k == key and (v == old or v == config_literal(old)):
+                cfg[k] = new
+            else:
+                _rename(v, key, old, new)
+    elif isinstance(cfg, list):
+        for v in cfg:
+            _rename(v, key, old, new)
 
-Written by areal-debug extract. Usage (the test runs it):
-    torchrun --nproc-per-node N replay.py --config config.yaml [key=value ...]
-"""
 
-import sys
-
-from areal.api.cli_args import GRPOConfig
-
-from areal_debug import DebugPPOTrainer, load_expr_config
-
-if __name__ == "__main__":
-    config, _ = load_expr_config(sys.argv[1:], GRPOConfig)
-    # Replay mode reads no dataset and runs no workflow: the recording stands in.
-    with DebugPPOTrainer(config, train_dataset=None) as trainer:
-        trainer.train(None)
-'''
+def _utf8(text: str, where: str, notes: list[str]) -> str:
+    """``text``, or where it is not valid UTF-8 (a file name read as the OS gives
+    it) its bytes as backslash escapes, with a note: AReaL's config loading reads
+    no YAML form of such text."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        shown = text.encode("utf-8", "surrogateescape").decode(
+            "utf-8", "backslashreplace"
+        )
+        notes.append(
+            f"{where} is not valid UTF-8; config.yaml holds it as {shown!r}"
+            + (" (the test sets it)" if where in SET_BY_TEST else "")
+        )
+        return shown
 
 
 def _payload_hashes(rec: str) -> dict[str, str]:
@@ -545,232 +582,99 @@ def _write_reproducer(
     close,
     single,
 ) -> str:
+    """The reproducer's files: the fixed test and replay script (package data,
+    the same for every extract), and what was recorded as data beside them:
+    ``reproducer.json`` (read by the test), ``config.yaml`` (a YAML emitter's,
+    read with ``safe_load``) and ``README.md`` (words for a person)."""
     rec = os.path.join(out, RECORDING)
-    config_text, dropped = _replay_yaml(reader, plan, target)
+    config_text, dropped, config_notes = _replay_yaml(reader, plan, target)
     atomic_write_bytes(os.path.join(out, CONFIG), config_text.encode())
-    atomic_write_bytes(os.path.join(out, SCRIPT), _REPLAY_SCRIPT.encode())
+    with open(REPRODUCER_FILES / SCRIPT, "rb") as f:
+        atomic_write_bytes(os.path.join(out, SCRIPT), f.read())
     m = reader.manifest
-    model = (m.config.get("actor") or {}).get("path") or ""
     layout = m.layout
-    nproc = (
-        1 if single or layout.mode == SINGLE_CONTROLLER else (layout.world_size or 1)
-    )
     stats = reader.recorded_stats(step) or {}
     from areal_debug.compare.statistics import training_stats
 
-    finite = _finite_names(training_stats(stats))
-    notes = []
+    notes = list(plan.notes) + config_notes
     if dropped:
         notes.append(
             f"Config keys of the recorded run's own config class, not AReaL's "
             f"GRPOConfig, were dropped: {dropped}. If your trainer reads them, "
             "replay with your own script instead of replay.py."
         )
-    what = "the whole step" if trajectories is None else f"trajectories {trajectories}"
-    text = _TEST_TEMPLATE.format(
-        step=step,
-        target=target,
-        experiment=m.experiment_name,
-        trial=m.trial_name,
-        source=os.path.abspath(reader.path),
-        version=package_version("areal-debug"),
-        what=what,
-        when=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        asserts=_wrap(asserts),
-        notes="".join(f"\n{_wrap('NOTE: ' + n)}\n" for n in notes + plan.notes),
-        model=model,
-        env=MODEL_ENV,
-        nproc=nproc,
-        mode=layout.mode,
-        faithful=faithful,
-        subset=trajectories is not None,
-        checkpoint=plan.checkpoint,
-        payloads=_pyrepr(_payload_hashes(rec)),
-        exact=_pyrepr(exact),
-        close=_pyrepr(close),
-        finite=_pyrepr(finite),
-        dirname_hint=os.path.abspath(out),
-    )
-    path = os.path.abspath(os.path.join(out, f"test_replay_step_{step}.py"))
-    atomic_write_bytes(path, text.encode())
+    spec = {
+        "reproducer_format": REPRODUCER_FORMAT,
+        "extracted_by": f"areal-debug {package_version('areal-debug')}",
+        "extracted_at": datetime.datetime.now(datetime.UTC).isoformat(),
+        "source": {
+            "recording": os.path.abspath(reader.path),
+            "experiment": m.experiment_name,
+            "trial": m.trial_name,
+            "step": step,
+            "trajectories": trajectories,
+        },
+        "step": target,
+        "nproc": 1
+        if single or layout.mode == SINGLE_CONTROLLER
+        else (layout.world_size or 1),
+        "mode": layout.mode,
+        "faithful": faithful,
+        "subset": trajectories is not None,
+        "checkpoint": plan.checkpoint,
+        "model": (m.config.get("actor") or {}).get("path") or "",
+        "model_env": MODEL_ENV,
+        "asserts": asserts,
+        "notes": notes,
+        "payloads": _payload_hashes(rec),
+        "exact": exact,
+        "close": close,
+        "finite": _finite_names(training_stats(stats)),
+    }
+    atomic_write_json(os.path.join(out, SPEC), spec)
+    atomic_write_bytes(os.path.join(out, README), _readme(spec, out).encode(*TEXT))
+    path = os.path.abspath(os.path.join(out, f"test_replay_step_{int(step)}.py"))
+    with open(REPRODUCER_FILES / TEST, "rb") as f:
+        atomic_write_bytes(path, f.read())
     return path
+
+
+def _readme(spec: dict, out: str) -> str:
+    """What the reproducer asserts and why, in words (a text file: nothing here
+    is ever run, so recorded text may stand in it as it is)."""
+    src = spec["source"]
+    what = (
+        "the whole step"
+        if src["trajectories"] is None
+        else f"trajectories {format_ranges(src['trajectories'])}"
+    )
+    lines = [
+        f"# Reproducer of step {src['step']} ({what})",
+        "",
+        f"- run: {src['experiment']}/{src['trial']}",
+        f"- recording: {src['recording']}",
+        f"- extracted by {spec['extracted_by']} at {spec['extracted_at']}",
+        f"- the step is numbered {spec['step']} in ./recording",
+        f"- model: {spec['model']} (the dump run's actor.path; set "
+        f"{spec['model_env']}=/path/to/the/same/model to use another copy)",
+        "",
+        "Run it:",
+        "",
+        f"    python -m pytest -q {shlex.quote(os.path.abspath(out))}",
+        "",
+        "## What it asserts, and why",
+        "",
+        _wrap(spec["asserts"]),
+        *(f"\n{_wrap('NOTE: ' + n)}" for n in spec["notes"]),
+        "",
+        "The test and replay.py are the same for every extract; everything recorded",
+        "is read from reproducer.json.",
+        "",
+    ]
+    return "\n".join(lines)
 
 
 def _wrap(text: str, width: int = 84) -> str:
     import textwrap
 
     return "\n".join(textwrap.wrap(text, width))
-
-
-def _pyrepr(obj: Any) -> str:
-    """A Python literal of plain JSON values, one entry a line for dicts/lists."""
-    if isinstance(obj, dict):
-        if not obj:
-            return "{}"
-        return "{\n" + "".join(f"    {k!r}: {v!r},\n" for k, v in obj.items()) + "}"
-    if isinstance(obj, list):
-        if not obj:
-            return "[]"
-        return "[\n" + "".join(f"    {v!r},\n" for v in obj) + "]"
-    return repr(obj)
-
-
-def sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-_TEST_TEMPLATE = '''\
-# SPDX-License-Identifier: Apache-2.0
-"""Reproducer: step {step} of {experiment}/{trial} ({what}), replayed on CPU.
-
-Extracted by areal-debug {version} on {when} from
-{source}
-The step is numbered {target} in ./recording. Run it from anywhere:
-
-    python -m pytest -q {dirname_hint}
-
-It replays ./recording with ./replay.py (AReaL's PPO trainer, no inference engine)
-under torchrun, in a temporary directory, and checks the replay's report.
-
-What it asserts, and why:
-{asserts}
-{notes}
-Model: {model}
-(the dump run's actor.path; set {env}=/path/to/the/same/model to use another copy).
-"""
-
-import glob
-import json
-import math
-import os
-import subprocess
-import sys
-
-import pytest
-
-from areal_debug.testing import end_process, free_port
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-RECORDING = os.path.join(HERE, "recording")
-CONFIG = os.path.join(HERE, "config.yaml")
-SCRIPT = os.path.join(HERE, "replay.py")
-MODEL = os.environ.get("{env}", {model!r})
-STEP = {target}  # as numbered in ./recording
-NPROC = {nproc}
-MODE = {mode!r}
-FAITHFUL = {faithful}
-SUBSET = {subset}
-TIMEOUT = 1200
-
-# sha256 of every payload as extracted: the recorded statistics below belong to
-# exactly these batches, so a changed payload (even with fixed checksums) fails.
-PAYLOADS = {payloads}
-
-# Recorded statistics the replay must reproduce exactly.
-EXACT = {exact}
-
-# Averages over the same batch, as recorded: compared to 1e-6 (summation order).
-CLOSE = {close}
-
-# Statistics that were finite in the recording.
-FINITE = {finite}
-
-
-def _check_payloads():
-    """Checksums, safe loading, and the payloads being the extracted ones."""
-    from areal_debug.recording.reader import RecordingReader
-
-    reader = RecordingReader(RECORDING)
-    assert STEP in reader.available_steps(), reader.available_steps()
-    found = {{}}
-    for step in reader.available_steps():
-        meta = reader.step_meta(step)
-        for shard, entry in enumerate(meta["shards"]):
-            reader.load_shard(step, shard)  # raises on a checksum mismatch
-            found[f"step-{{step:06d}}/{{entry['file']}}"] = entry["sha256"]
-    changed = {{k: v for k, v in found.items() if PAYLOADS.get(k) != v}}
-    assert not changed and set(found) == set(PAYLOADS), (
-        f"the payloads are not the ones extracted (changed: {{sorted(changed)}}); "
-        "the recorded statistics this test checks belong to the extracted batches"
-    )
-
-
-def test_extracted_payloads_are_intact():
-    _check_payloads()
-
-
-def _replay(tmp_path):
-    root = tmp_path / "root"
-    os.makedirs(root / "name_resolve", exist_ok=True)
-    overrides = [
-        f"cluster.fileroot={{root}}",
-        f"actor.path={{MODEL}}",
-        f"debug.path={{RECORDING}}",
-    ]
-    env = {{**os.environ, "OMP_NUM_THREADS": "1"}}
-    env.pop("AREAL_LLM_SERVER_ADDRS", None)
-    if MODE == "spmd":
-        env["AREAL_SPMD_MODE"] = "1"
-        launch = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            f"--nproc-per-node={{NPROC}}",
-            f"--master-port={{free_port()}}",
-        ]
-    else:
-        env.pop("AREAL_SPMD_MODE", None)
-        launch = [sys.executable]
-    cmd = [*launch, SCRIPT, "--config", CONFIG, *overrides]
-    log = tmp_path / "replay.log"
-    with open(log, "w") as f:
-        proc = subprocess.Popen(
-            cmd,
-            cwd=tmp_path,
-            env=env,
-            stdout=f,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        rc = proc.wait(timeout=TIMEOUT)
-    finally:
-        end_process(proc)  # the replay and all it started
-    tail = "\\n".join(log.read_text(errors="replace").splitlines()[-40:])
-    assert rc == 0, f"the replay failed (exit {{rc}}); {{log}} ends with:\\n{{tail}}"
-    reports = glob.glob(str(root / "logs" / "*" / "*" / "*" / "replay_report.json"))
-    assert len(reports) == 1, f"expected one replay report, found {{reports}}\\n{{tail}}"
-    with open(reports[0]) as f:
-        return json.load(f)
-
-
-def test_replay_of_step_{target}(tmp_path):
-    _check_payloads()  # before starting any process
-    if os.path.isabs(MODEL) and not os.path.isdir(MODEL):
-        pytest.fail(
-            f"The model {{MODEL}} is not on this machine. Set {env} to a copy of "
-            "the dump run's model (same architecture and tokenizer)."
-        )
-    report = _replay(tmp_path)
-    steps = {{e["global_step"]: e for e in report["steps"]}}
-    assert STEP in steps, f"step {{STEP}} was not replayed: {{sorted(steps)}}"
-    entry = steps[STEP]
-    metrics = entry["metrics"]
-    if FAITHFUL:
-        first = report["summary"]["first_divergence"]
-        assert entry["status"] == "identical", (
-            f"step {{STEP}} diverged from the recording: {{first}}"
-        )
-    for name, value in EXACT.items():
-        assert metrics[name]["replayed"] == value, (name, metrics[name], value)
-    for name, value in CLOSE.items():
-        got = metrics[name]["replayed"]
-        assert math.isclose(got, value, rel_tol=1e-6, abs_tol=1e-9), (name, got, value)
-    for name in FINITE:
-        if name in metrics and "replayed" in metrics[name]:
-            assert math.isfinite(metrics[name]["replayed"]), (name, metrics[name])
-'''

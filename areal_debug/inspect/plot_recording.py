@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 from dataclasses import dataclass, field
 
 from areal_debug.inspect.common import InspectError
@@ -89,7 +90,7 @@ def choose_metrics(
         if missing:
             raise InspectError(
                 f"Metric(s) {missing} are not in the statistics recorded at {path} "
-                f"(it has e.g. {sample}; `areal-debug show {path} --step N` lists "
+                f"(it has e.g. {sample}; `areal-debug show {shlex.quote(path)} --step N` lists "
                 "them all)."
             )
         return list(wanted)

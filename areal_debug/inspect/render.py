@@ -7,6 +7,7 @@ Nothing here prints: :mod:`areal_debug.cli` hands these to a console.
 from __future__ import annotations
 
 import math
+import shlex
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
@@ -297,7 +298,7 @@ def extract_result(r: ExtractResult) -> Text:
         r.asserts,
     ]
     lines += [f"NOTE: {n}" for n in r.notes]
-    lines += ["", f"run it:  python -m pytest -q {r.out}"]
+    lines += ["", f"run it:  python -m pytest -q {shlex.quote(r.out)}"]
     return Text("\n".join(lines))
 
 

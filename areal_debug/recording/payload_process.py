@@ -10,13 +10,14 @@ and waits for the reply with the GIL released. The writer process reads the
 buffers in place, stores the payload atomically and describes it for the shard
 metadata.
 
-The process is ``python -m areal_debug.recording.payload_process``, not multiprocessing's
-spawn (which would import the user's training script again), and imports only
-torch and this package's format module. It is started once per training
-process and shared by its writers, one payload at a time. It ends with its
-parent: when idle it reads end-of-file on its socket, when busy it checks its
-parent between chunks and before the rename, so a killed training run leaves
-no step behind it (at most a temporary file, which the next run sweeps).
+The process runs this module as ``__main__`` (through a few fixed lines of boot
+code, ``BOOT``), not multiprocessing's spawn (which would import the user's
+training script again), and imports only torch and this package's format module.
+It is started once per training process and shared by its writers, one payload
+at a time. It ends with its parent: when idle it reads end-of-file on its socket,
+when busy it checks its parent between chunks and before the rename, so a killed
+training run leaves no step behind it (at most a temporary file, which the next
+run sweeps).
 """
 
 from __future__ import annotations
@@ -63,11 +64,30 @@ ALIGN = 64
 # The writer process's niceness (19: the lowest priority).
 WRITER_NICE = 19
 
-# The module the writer process runs (``python -m``): this one. It reads nothing
+# The module the writer process runs (as ``__main__``): this one. It reads nothing
 # from its command line but the socket's descriptor. A harness that needs code of
 # its own in the writer process (the reliability suite's kill points) points this
 # at a module that installs it and then calls ``_main``.
 CHILD_MODULE = "areal_debug.recording.payload_process"
+
+# What the writer process runs first (``python -c BOOT HERE MODULE ARGS...``): it
+# makes HERE, the directory this package was imported from (a script may have put
+# it on sys.path by hand), importable without setting PYTHONPATH, which would put
+# it ahead of the standard library (an installed package's HERE is site-packages).
+# HERE goes just before the first site-packages directory, unless it is on
+# sys.path already; then MODULE runs as __main__ with ARGS as its arguments.
+BOOT = """\
+import os, runpy, site, sys
+here, module = sys.argv[1:3]
+path = [os.path.abspath(p) for p in sys.path]
+sites = [*site.getsitepackages(), site.getusersitepackages()]
+sites = {os.path.abspath(p) for p in sites}
+if here not in path:
+    first = next((i for i, p in enumerate(path) if p in sites), len(path))
+    sys.path.insert(first, here)
+sys.argv = [module, *sys.argv[3:]]
+runpy.run_module(module, run_name="__main__", alter_sys=True)
+"""
 
 
 def save_payload(
@@ -176,6 +196,13 @@ class PayloadProcess:
         self._label = ""
         # Until the writer process says it may not read this process's memory.
         self.reads_memory = True
+        self._ptrace = _PtraceGrant()
+
+    @property
+    def ptrace_grantee(self) -> int | None:
+        """The writer process this process has let read its memory (Yama's
+        ``PR_SET_PTRACER``), or None: none was needed, or it has ended."""
+        return self._ptrace.pid
 
     def start(self, recording: str = "") -> None:
         """Start the writer process (it imports torch while training starts).
@@ -190,7 +217,8 @@ class PayloadProcess:
         self._close()
         self._served = 0
         ours, theirs = socket.socketpair()
-        argv = [sys.executable, "-m", CHILD_MODULE, str(theirs.fileno())]
+        argv = [sys.executable, "-c", BOOT, _package_root(), CHILD_MODULE]
+        argv.append(str(theirs.fileno()))
         if self._label:
             argv.append(f"--recording={self._label}")  # what ps shows it is for
         try:
@@ -199,13 +227,13 @@ class PayloadProcess:
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
                 # Its own threads would compete with training for the cores.
-                env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": _path()},
+                env={**os.environ, "OMP_NUM_THREADS": "1"},
             )
         finally:
             theirs.close()
         self._sock = ours
         self._conn = Connection(os.dup(ours.fileno()))
-        _allow_reading_by(self._proc.pid)
+        self._ptrace.give(self._proc.pid)
 
     def store_plan(
         self,
@@ -345,6 +373,9 @@ class PayloadProcess:
                 self._proc.kill()
                 self._proc.wait()
             self._proc = None
+        # Ended (or died) and reaped: its permission to read this process's
+        # memory goes with it.
+        self._ptrace.revoke()
         if self._arena is not None:
             self._arena.close()
             self._arena = None
@@ -354,29 +385,66 @@ PR_SET_PTRACER = 0x59616D61
 YAMA_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"
 
 
-def _allow_reading_by(pid: int) -> None:
-    """Where Yama restricts ptrace to ancestors (``ptrace_scope`` 1, Ubuntu's
-    default), name the writer process as the one process that may read this
-    one's memory. Elsewhere nothing is needed; where it fails, the writer
-    process says so and payloads go through shared memory."""
+def _yama_restricts_ptrace() -> bool:
+    """Whether Yama lets a process read only its descendants' memory
+    (``ptrace_scope`` 1, Ubuntu's default) unless named with PR_SET_PTRACER."""
     try:
         with open(YAMA_SCOPE) as f:
-            if f.read().strip() != "1":
-                return
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PTRACER, ctypes.c_ulong(pid), 0, 0, 0)
+            return f.read().strip() == "1"
     except OSError:
-        pass
+        return False  # no Yama: nothing to grant
 
 
-def _path() -> str:
-    """PYTHONPATH for the writer process: where this package was imported from
-    first (a script may have put it on sys.path by hand), then the parent's."""
+def _set_ptracer(pid: int) -> bool:
+    """prctl(PR_SET_PTRACER, pid): name the one process that may read this one's
+    memory (0: none). Whether the kernel took it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.prctl(PR_SET_PTRACER, ctypes.c_ulong(pid), 0, 0, 0) == 0
+
+
+class _PtraceGrant:
+    """Yama's permission for a writer process to read this process's memory.
+
+    The kernel keeps one such process per process (a grant replaces the last), so
+    which pid holds it is kept for the whole process: a grant replaced by another
+    PayloadProcess's is not this one's any more, and its revocation leaves the
+    other's alone. Where no grant is needed or the kernel refuses one, nothing is
+    held (the writer process then says it may not read, and payloads go through
+    shared memory)."""
+
+    _lock = threading.Lock()
+    _holder: int | None = None  # the pid the kernel was last given
+
+    def __init__(self):
+        self._pid: int | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The pid this grant let read this process's memory, while it still may."""
+        with self._lock:
+            return self._pid if self._pid == _PtraceGrant._holder else None
+
+    def give(self, pid: int) -> None:
+        if not _yama_restricts_ptrace():
+            return
+        with self._lock:
+            if _set_ptracer(pid):
+                self._pid = _PtraceGrant._holder = pid
+
+    def revoke(self) -> None:
+        with self._lock:
+            pid, self._pid = self._pid, None
+            if pid is not None and pid == _PtraceGrant._holder:
+                _set_ptracer(0)
+                _PtraceGrant._holder = None
+
+
+def _package_root() -> str:
+    """The directory this package was imported from (the writer process's
+    ``BOOT`` makes it importable there)."""
     import areal_debug
 
-    here = os.path.dirname(os.path.dirname(os.path.abspath(areal_debug.__file__)))
-    inherited = os.environ.get("PYTHONPATH")
-    return os.pathsep.join([here, inherited] if inherited else [here])
+    return os.path.dirname(os.path.dirname(os.path.abspath(areal_debug.__file__)))
 
 
 _shared: PayloadProcess | None = None

@@ -141,7 +141,7 @@ def write_replay_script(
     workdir: Path, nproc: int, steps: int, sc: bool = False, overrides=()
 ) -> Path:
     path = workdir / "run_replay.sh"
-    path.write_text(
+    text = (
         "#!/usr/bin/env bash\n"
         "# Replay the demo's recording with no inference engine. Extra arguments are\n"
         "# config overrides, e.g.: bash run_replay.sh actor.optimizer.lr=1e-5\n"
@@ -149,6 +149,8 @@ def write_replay_script(
         "set -euo pipefail\n"
         f'exec env {replay_command(workdir, nproc, steps, sc, overrides)} "$@"\n'
     )
+    # A path that is not valid UTF-8 is written back as the bytes it was read as.
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))
     path.chmod(0o755)
     return path
 
@@ -256,7 +258,7 @@ def run_demo(
         say("[3/4] replay: the controller starts only the actor's workers, no server")
     else:
         say("[3/4] replay through areal_debug.launcher.local: no inference server")
-    say(f"[3/4] bash {script}")
+    say(f"[3/4] bash {shlex.quote(str(script))}")
     replay_time = timed_run(wd, "replay", ["bash", str(script)], script_env(), steps)
 
     say("[4/4] comparison")
@@ -270,7 +272,7 @@ def run_demo(
     )
     print(f"recording: {reader.path}")
     print(f"logs:      {wd}/dump.log, {wd}/replay.log, {wd}/server.log")
-    print(f"re-run:    bash {script} [overrides...]")
+    print(f"re-run:    bash {shlex.quote(str(script))} [overrides...]")
     if ok:
         print(f"OK: all {len(reader.available_steps())} steps replayed bit for bit.")
         return 0

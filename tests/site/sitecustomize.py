@@ -1,10 +1,19 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Loaded by every Python process the test suite starts (``tests/conftest.py`` puts
+"""Loaded by the Python processes the test suite starts (``tests/conftest.py`` puts
 this directory on ``PYTHONPATH``): AReaL's trainers, its RPC workers, the writer
 process, the CPU server. The suite starts about 150 processes that load AReaL, on
-2 cores, and is CPU-bound: two changes to Python's garbage collector, neither of
-which touches what the tests check (only when garbage in reference cycles is
-freed).
+2 cores, and is CPU-bound: two changes to Python's garbage collector, below.
+
+Not in the processes of a test marked ``production_gc``: the signal, crash and
+process-hygiene tests (``tests/conftest.py`` takes this directory off
+``PYTHONPATH`` while they run). Their subject is how a process ends (a signal
+handled, a kill survived, nothing left in the process table), and a process's
+end is what the second change alters: those tests run with Python's own
+collector, as production does.
+
+For every other test the changes are safe: its subject is not process shutdown
+or signals, and the collector changes only when garbage in reference cycles is
+freed, never what a process computes, records or replays.
 
 While a process starts, ``import areal`` creates hundreds of thousands of objects
 that live for the whole run, and the collector's default thresholds (700, 10, 10)
@@ -25,6 +34,10 @@ end before it kills it.
 
 import atexit
 import gc
+
+# The interpreter's own, for a production_gc test run inside a process started
+# with this file (a pytest-xdist worker): tests/conftest.py restores them.
+DEFAULT_THRESHOLD = gc.get_threshold()
 
 gc.set_threshold(100_000, 1000, 1000)
 atexit.register(gc.freeze)

@@ -2,7 +2,8 @@
 """A real headless browser for the report page tests: Debian's chromium, driven
 by Playwright's Python client (no `playwright install`: it drives the system's
 binary). `.ci/run` installs chromium as root; `make test` never installs it, and
-the tests that need it are skipped with the reason when it is absent.
+the tests that need it are skipped with the reason when it is absent (failed in
+CI: support.system_parts).
 """
 
 from __future__ import annotations
@@ -10,8 +11,11 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+from support.system_parts import missing_system_part
 
 CHROMIUM = "/usr/bin/chromium"
 # Headless, offline: nothing of the browser's own reaches the network, so a page
@@ -45,9 +49,15 @@ def missing_browser() -> str | None:
     return None
 
 
-needs_browser = pytest.mark.skipif(
-    missing_browser() is not None, reason=missing_browser() or ""
-)
+@pytest.fixture
+def headless_browser() -> None:
+    """The test needs a headless browser: skipped where there is none (failed in
+    CI). tests/conftest.py makes it visible to every test module."""
+    if (why := missing_browser()) is not None:
+        missing_system_part(why)
+
+
+needs_browser = pytest.mark.usefixtures("headless_browser")
 
 
 @contextlib.contextmanager
@@ -71,7 +81,9 @@ def open_page(path: str, width: int = 1280, height: int = 900) -> Iterator:
                 return route.continue_()
 
             page.route("**/*", refuse)
-            page.goto("file://" + os.path.abspath(path))
+            # as_uri: the file name percent-encoded byte by byte (any name, valid
+            # UTF-8 or not; a backslash would otherwise become a slash).
+            page.goto(Path(os.path.abspath(path)).as_uri())
             page.errors, page.outside_requests = errors, outside
             yield page
         finally:

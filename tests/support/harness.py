@@ -148,7 +148,8 @@ def run_logged(cmd, workdir, name, env, timeout) -> tuple[int, str]:
     finally:
         # torchrun's workers are in the same session: end them all.
         end_session(proc)
-    with open(os.path.join(workdir, f"{name}.log")) as f:
+    # A log may name paths that are not valid UTF-8.
+    with open(os.path.join(workdir, f"{name}.log"), errors="replace") as f:
         return rc, f.read()
 
 
