@@ -216,6 +216,21 @@ def export_and_commit_stats(
         current_platform.synchronize()
 
 
+def record_token_stats(scope: str, denominator: str, mask, **values) -> None:
+    """Per-token statistics into AReaL's own stats tracker
+    (areal/utils/stats_tracker.py: ``scope``, ``denominator``, ``stat``), so they
+    are exported, reduced over data-parallel ranks (avg, min and max over the
+    tokens of ``mask``) and committed with the step's statistics, and logged
+    wherever AReaL logs them. ``mask`` a bool tensor, ``values`` float32 tensors
+    of its shape."""
+    from areal.utils import stats_tracker
+
+    tracker = stats_tracker.get()
+    with tracker.scope(scope):
+        tracker.denominator(**{denominator: mask})
+        tracker.stat(denominator=denominator, **values)
+
+
 # -- trainer state read by areal-debug -------------------------------------------------
 def single_controller_mode() -> bool:
     """areal/utils/environ.py:33 (1.0.4 and 2.0.0) is_single_controller: no

@@ -6,6 +6,7 @@ areal-debug inspect PATH       what a recording holds, step by step
 areal-debug show PATH --step N one step, trajectory by trajectory
 areal-debug diff A [B]         where two recordings or replays first differ
 areal-debug plot A [B] -o PNG  per-step statistics of one or two runs, one picture
+areal-debug mismatch PATH      the training-inference mismatch of each step
 areal-debug extract PATH ...   one step as a self-contained reproducer with a test
 areal-debug doctor PATH -- CMD pre-flight checks of a replay or resume command
 areal-debug verify PATH        check every payload's checksum and safe loading
@@ -239,6 +240,41 @@ def cmd_report(args) -> int:
 
     _emit(args, result, Text(html_report.summary(result)))
     return 0
+
+
+def cmd_mismatch(args) -> int:
+    from areal_debug.inspect.common import (
+        InspectError,
+        load_report_json,
+        parse_int_list,
+        report_file,
+        require_path,
+    )
+
+    with _logs_to_stderr():
+        from areal_debug.inspect import render
+        from areal_debug.stages import mismatch
+
+        reader = RecordingReader(require_path(args.recording, "The recording"))
+        report = None
+        if args.replay:
+            found = report_file(require_path(args.replay, "The replay report"))
+            if found is None:
+                raise InspectError(
+                    f"{args.replay} is not a replay report: give the "
+                    "replay_report.json a replay wrote, or its log directory."
+                )
+            report = load_report_json(found)
+        rows = mismatch.table(reader, parse_int_list(args.steps, "--steps"), report)
+    if not rows:
+        raise InspectError(
+            f"{reader.path} has no complete step"
+            + (f" among --steps {args.steps}" if args.steps else "")
+            + f" (complete: {format_ranges(reader.available_steps())})."
+        )
+    _emit(args, rows, render.mismatch(reader.path, rows))
+    measured = any(r.recorded or r.replayed for r in rows)
+    return 0 if measured else 4
 
 
 def cmd_extract(args) -> int:
@@ -501,6 +537,38 @@ coloured by log-probability. Large recordings: --steps, and at most
     p.set_defaults(func=cmd_report)
 
 
+def _add_mismatch(sub) -> None:
+    p = _sub(
+        sub,
+        "mismatch",
+        "the training-inference mismatch of each recorded step (and of a replay of "
+        "it): how far the trainer's log-probs of the sampled tokens are from the "
+        "inference engine's",
+        """examples:
+  areal-debug mismatch REC                         every recorded step
+  areal-debug mismatch REC --steps 40-60 --json    as JSON
+  areal-debug mismatch REC LOGS/t0_replay          recorded beside replayed (what-if:
+                                                   replay with another actor.dtype)
+  areal-debug plot REC --metric areal_debug/mismatch/abs_diff/max -o gap.png
+
+Per loss token (never prompt or padding), d = trainer - engine log-prob of the same
+token, measured where the actor recomputes log-probs (before the step's first
+optimizer step; needs actor.recompute_logprob): mean and max |d|, the k1, k2, k3
+estimates of KL(engine || trainer), the importance ratio exp(d) before any clamp,
+and the share of tokens with |d| above log 2 and log 5. Exit code 4 when no step
+has it (recompute off, or recorded before areal-debug measured it).""",
+    )
+    p.add_argument("recording", help="recording directory (holds manifest.json)")
+    p.add_argument(
+        "replay",
+        nargs="?",
+        help="replay_report.json of a replay of it, or the replay's log directory",
+    )
+    p.add_argument("--steps", help="only these steps, e.g. 0-9,20 (default all)")
+    _json_flag(p)
+    p.set_defaults(func=cmd_mismatch)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="areal-debug",
@@ -510,6 +578,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = ap.add_subparsers(dest="command", required=True)
     _add_inspection_commands(sub)
+    _add_mismatch(sub)
     p = sub.add_parser("inspect", help="show what a recording holds")
     p.add_argument("path", help="recording directory (holds manifest.json)")
     p.set_defaults(func=cmd_inspect)

@@ -162,7 +162,8 @@ class DebugConfig:
     anomaly_median_factor: float | None = field(
         default=10.0,
         metadata={
-            "help": "Dump mode: a loss or grad norm this many times its running "
+            "help": "Dump mode: a loss, grad norm or training-inference mismatch "
+            "(areal_debug/mismatch/abs_diff/avg) this many times its running "
             "median (over the last 50 steps, from the 6th step on) pins the step. "
             "null turns this trigger off."
         },

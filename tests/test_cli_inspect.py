@@ -346,7 +346,10 @@ def test_plot_of_the_recorded_run_alone(spmd_d1, tmp_path, capsys):
     out = tmp_path / "run.png"
     rc, result = run_json(capsys, "plot", spmd_d1.path, "-o", str(out))
     steps = list(range(SPMD_D1_STEPS))
-    assert rc == 0 and result["metrics"] == PLOTTED and result["steps"] == steps
+    # The run's own training-inference mismatch is drawn too.
+    mismatch = "areal_debug/mismatch/abs_diff/avg"
+    assert rc == 0 and result["metrics"] == [*PLOTTED, mismatch]
+    assert result["steps"] == steps
     # The anomaly threshold fires at every step: a pin at each, saying why.
     assert [a["step"] for a in result["anomalies"]] == steps
     assert all(

@@ -31,6 +31,8 @@ def assert_demo_output(out: str, steps: int, wd) -> None:
     assert f"replay: step {steps} of {steps} done" in out
     assert out.count("(all metrics)") == steps
     assert "ppo_actor/update/grad_norm" in out
+    # The training-inference mismatch, per step, with the rest.
+    assert out.count("areal_debug/mismatch/abs_diff/avg") == steps
     # The replay was the run_replay.sh the user re-runs.
     assert f"[3/4] bash {wd}/run_replay.sh" in out
     assert server_processes(wd) == []

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from support.harness import recording_dir, replay_report, run_torchrun
 
+from areal_debug.compare.statistics import OWN_PREFIX
 from areal_debug.inspect.extract import BATCH_PREFIXES
 from areal_debug.recording.format import FORMAT_VERSION
 from areal_debug.recording.reader import RecordingReader
@@ -55,8 +56,13 @@ def test_a_version_1_recording_replays_to_its_statistics(workdir):
     for entry in report["steps"]:
         metrics = entry["metrics"]
         assert len(metrics) > 90
+        # What this version measures and areal-debug 0.1 did not (the mismatch):
+        # replayed, not recorded, and the step still complete.
+        new = {n for n, m in metrics.items() if m["status"] == "not_recorded"}
+        assert new and all(n.startswith(OWN_PREFIX) for n in new), sorted(new)
+        assert entry["status"] != "incomplete"
         batch = {n: m for n, m in metrics.items() if n.startswith(BATCH_PREFIXES)}
-        model = {n: m for n, m in metrics.items() if n not in batch}
+        model = {n: m for n, m in metrics.items() if n not in batch and n not in new}
         assert batch and model, sorted(metrics)
         for name, metric in batch.items():
             assert metric["status"] == "identical", (name, metric)

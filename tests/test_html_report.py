@@ -14,6 +14,7 @@ import os
 import re
 
 import pytest
+import torch
 from support.browser import needs_browser, open_page
 from support.system_parts import missing_system_part
 from test_cli_inspect import record_with_stats, report_path, run_json
@@ -89,14 +90,24 @@ def divergent_report(rec: str, out_dir, step: int, stage: dict | None = None) ->
 
 def keep_stage_tensors(rec: str, steps) -> None:
     """Add the per-token stage tensors a ``debug.record_stage_tensors`` dump keeps
-    (one rank, one tensor per trajectory dict) to a recording's steps."""
+    (one rank, one tensor per trajectory dict) to a recording's steps, as AReaL
+    computes them: rows in another order than recorded (here reversed), the
+    value at position p that of token p+1, each row's tokens kept beside them."""
     w = RecordingWriter(rec, shard=0, num_shards=1, steps_per_epoch=10)
     reader = RecordingReader(rec)
     for step in steps:
         (traj,) = reader.load_shard(step, 0)
+        order = list(reversed(range(traj["input_ids"].shape[0])))
+
+        def trainer(t):
+            return torch.roll(t, shifts=-1, dims=-1)[order]
+
+        tokens = traj["input_ids"].masked_fill(~traj["attention_mask"].bool(), -1)
         tensors = {
-            "rank 0/logp/trajectory 0": traj["logprobs"] - 0.5,
-            "rank 0/ref_logp/trajectory 0": traj["logprobs"] - 1.0,
+            "rank 0/logp/trajectory 0": trainer(traj["logprobs"] - 0.5),
+            "rank 0/logp/trajectory 0 tokens": tokens[order],
+            "rank 0/ref_logp/trajectory 0": trainer(traj["logprobs"] - 1.0),
+            "rank 0/ref_logp/trajectory 0 tokens": tokens[order],
         }
         stages = {"ranks": [{"logp": {"trajectory 0": ["0" * 32, None]}}]}
         w.submit_stages(step, {**stages, "global": {}}, tensors)
@@ -177,10 +188,16 @@ def test_a_divergent_replay_and_the_kept_stage_tensors(tmp_path, capsys):
     assert "logp differs first at trajectory 0" in first["line"]
     # Recorded vs the kept stage tensors on each token, the divergent one named.
     rows = data["details"]["1"]["rows"]
-    assert rows[1]["divergent_token"] == 3 and "divergent_token" not in rows[0]
+    # The report's row 1, column 3 of trajectory 0 is recorded row 0 (AReaL's
+    # order reversed it), token 4 (column p is token p+1).
+    assert rows[0]["divergent_token"] == 4 and "divergent_token" not in rows[1]
     for row in rows:
-        assert [a - b for a, b in zip(row["logp"], row["stage_logp"])] == [500] * 5
-        assert [a - b for a, b in zip(row["logp"], row["stage_ref_logp"])] == [1000] * 5
+        # Token 0 is predicted by nothing; every other pairs with its own value.
+        assert row["stage_logp"][0] is None and row["stage_ref_logp"][0] is None
+        got = [a - b for a, b in zip(row["logp"][1:], row["stage_logp"][1:])]
+        assert got == [500] * 4
+        got = [a - b for a, b in zip(row["logp"][1:], row["stage_ref_logp"][1:])]
+        assert got == [1000] * 4
     assert_self_contained(out)
 
 
@@ -338,3 +355,30 @@ def test_report_has_help_with_examples(capsys):
     out = capsys.readouterr().out
     assert "examples:" in out and "areal-debug report REC" in out
     assert "--max-per-step" in out and "--steps" in out
+
+
+@pytest.mark.areal
+def test_the_trainers_log_probs_are_paired_with_the_recorded_tokens(sc_d2, tmp_path):
+    """The single-controller demo at 2 ranks kept the trainer's log-probs
+    (debug.record_stage_tensors): AReaL reorders and redistributes the rows, and
+    its value at position p is token p+1's. Paired by the tokens kept beside them
+    and shifted, each row's trainer log-probs are those of the engine's model on
+    the same tokens (the CPU server reports its own model's log-probs): a few
+    hundredths of a nat apart; paired by position, about 0.7."""
+    out = tmp_path / "sc.html"
+    html_report.build_report(sc_d2.path, None, str(out), max_per_step=0)
+    data = page_data(out)
+    paired = gaps = 0
+    for detail in data["details"].values():
+        assert detail["stage_note"] is None
+        for row in detail["rows"]:
+            assert "stage_logp" in row, (detail["step"], row["i"])
+            pairs = [
+                (a, b)
+                for a, b in zip(row["logp"], row["stage_logp"])
+                if a is not None and b is not None
+            ]
+            paired += len(pairs)
+            gaps += sum(abs(a - b) for a, b in pairs)
+    assert paired > 0
+    assert gaps / paired < 100, gaps / paired  # thousandths of a nat

@@ -21,6 +21,7 @@ from areal_debug.recording.format import RecordingError
 from areal_debug.recording.reader import RecordingReader
 from areal_debug.stages.names import (
     StageTensorKey,
+    tokens_index,
     trajectory_index,
     trajectory_name,
 )
@@ -76,8 +77,9 @@ def step_detail(
         for shard in range(meta["num_shards"])
         for traj in reader.load_shard(step, shard)
     ]
-    stage_rows, stage_note = _stage_rows(reader, step, batch)
-    marked = _divergent_place(divergence, [_rows_of(t) for t in batch])
+    paired = _stage_rows(reader, step, batch)
+    stage_rows, stage_note = paired.values, paired.note
+    marked = _divergent_place(divergence, paired.places)
     rows, groups, prompts, total = [], [], [], 0
     for g, traj in enumerate(batch):
         if not isinstance(traj, dict):
@@ -214,87 +216,127 @@ def _milli(values: list[float]) -> list[int | None]:
 
 
 # -- kept stage tensors --------------------------------------------------------------
-def _stage_rows(
-    reader: RecordingReader, step: int, batch: list
-) -> tuple[dict[tuple[int, int], dict[str, torch.Tensor]], str | None]:
-    """{(group, row): {stage: that trajectory's row of the kept tensor}} and a note
-    when the recording kept stage tensors that cannot be matched to its rows."""
+# Where a recorded row sits in the step's batch: (group, row).
+Place = tuple[int, int]
+
+
+@dataclass
+class StageRows:
+    """The kept stage tensors of a step, paired with the recorded rows."""
+
+    # {(group, row): {stage: the trainer's values of that row}}
+    values: dict[Place, dict[str, torch.Tensor]] = field(default_factory=dict)
+    # {(rank, trajectory index, row in it): (group, row)}, for the replay's
+    # first divergent token.
+    places: dict[tuple[int, int, int], Place] = field(default_factory=dict)
+    note: str | None = None
+
+
+def _stage_rows(reader: RecordingReader, step: int, batch: list) -> StageRows:
+    """The kept per-token stage tensors of ``step``, each row paired with the
+    recorded row it was computed for by its tokens (kept beside it), on any
+    number of ranks: AReaL reorders and redistributes rows, so a position in a
+    stage tensor says nothing about which recorded row it is."""
     try:
-        stages, tensors = reader.recorded_stages(step)
+        _, tensors = reader.recorded_stages(step)
     except RecordingError as e:
-        return {}, f"stage tensors not read: {e}"
+        return StageRows(note=f"stage tensors not read: {e}")
     if not tensors:
-        return {}, None
-    if len(stages.get("ranks", [])) != 1:
-        # Each rank holds its own share, in the order AReaL redistributed it.
-        return {}, (
-            "the recording kept stage tensors of several ranks; their rows are in "
-            "the order AReaL redistributed the batch, so they are not shown per "
-            "trajectory (the replay report names where they differ)."
+        return StageRows()
+    keys = []
+    for text in tensors:
+        try:
+            keys.append(StageTensorKey.parse(text))
+        except ValueError:
+            continue
+    token_keys = sorted(
+        (k for k in keys if tokens_index(k.name) is not None),
+        key=lambda k: (k.stage, k.rank, tokens_index(k.name)),
+    )
+    if not token_keys:
+        return StageRows(
+            note="this recording kept stage tensors without the tokens of each row "
+            "(an older areal-debug): they cannot be paired with the recorded "
+            "rows, so they are not shown per token"
         )
-    sizes = [_rows_of(t) for t in batch]
-    out: dict[tuple[int, int], dict[str, torch.Tensor]] = {}
-    for stage in TOKEN_VIEW_STAGES:
-        for (g, r), values in _match(tensors, stage, sizes).items():
-            out.setdefault((g, r), {})[stage] = values
-    return out, None
+    recorded = _recorded_rows(batch)
+    # Each stage pairs every recorded row once (rows with the same tokens in turn).
+    queues: dict[str, dict[bytes, list[Place]]] = {}
+    out = StageRows()
+    for key in token_keys:
+        stage, index = key.stage, tokens_index(key.name)
+        if stage not in TOKEN_VIEW_STAGES:
+            continue
+        name = StageTensorKey(key.rank, stage, trajectory_name(index)).format()
+        values, ids = tensors.get(name), tensors[key.format()]
+        if values is None or values.shape != ids.shape or ids.dim() != 2:
+            continue
+        waiting = queues.setdefault(stage, {k: list(v) for k, v in recorded.items()})
+        for j in range(ids.shape[0]):
+            queue = waiting.get(_row_key(ids[j][ids[j] >= 0]))
+            if not queue:
+                continue
+            place = queue.pop(0)
+            out.values.setdefault(place, {})[stage] = values[j]
+            out.places[(key.rank, index, j)] = place
+    return out
 
 
-def _rows_of(traj) -> int:
-    ids = traj.get("input_ids") if isinstance(traj, dict) else None
-    if not isinstance(ids, torch.Tensor):
-        return 0
-    return ids.shape[0] if ids.dim() > 1 else 1
+def _recorded_rows(batch: list) -> dict[bytes, list[Place]]:
+    """{tokens: the recorded rows with exactly those tokens, in batch order}."""
+    rows: dict[bytes, list[Place]] = {}
+    for g, traj in enumerate(batch):
+        ids = traj.get("input_ids") if isinstance(traj, dict) else None
+        if not isinstance(ids, torch.Tensor):
+            continue
+        ids = ids.reshape(1, -1) if ids.dim() == 1 else ids
+        mask = traj.get("attention_mask")
+        for r in range(ids.shape[0]):
+            row = ids[r]
+            if isinstance(mask, torch.Tensor) and mask.shape == ids.shape:
+                row = row[mask[r].bool()]
+            rows.setdefault(_row_key(row), []).append((g, r))
+    return rows
 
 
-def _match(tensors, stage: str, sizes: list[int]) -> dict[tuple[int, int], Any]:
-    """One tensor per trajectory dict, or one for the whole batch (AReaL's
-    ``compute_logp`` on the concatenated batch): rows in batch order."""
-    keyed = {}
-    for i in range(len(sizes)):
-        t = tensors.get(StageTensorKey(0, stage, trajectory_name(i)).format())
-        if t is not None:
-            keyed[i] = t
-    if len(keyed) == len(sizes) and all(
-        t.dim() == 2 and t.shape[0] == sizes[i] for i, t in keyed.items()
-    ):
-        return {(g, r): keyed[g][r] for g in keyed for r in range(sizes[g])}
-    whole = keyed.get(0)
-    if whole is not None and whole.dim() == 2 and whole.shape[0] == sum(sizes):
-        flat = [(g, r) for g, n in enumerate(sizes) for r in range(n)]
-        return {gr: whole[k] for k, gr in enumerate(flat)}
-    return {}
+def _row_key(row: torch.Tensor) -> bytes:
+    return row.to(torch.int64).numpy().tobytes()
 
 
 def _add_stage_values(row, stage_values, positions: torch.Tensor) -> None:
     """The kept stage tensors' values on the row's shown completion tokens
-    (``positions``: where its completion tokens sit in the padded row)."""
-    n = len(row["tokens"])
+    (``positions``: where its completion tokens sit in the row). The trainer's
+    value at position p is that of token p+1 (AReaL's labels are the inputs
+    rolled by -1), so token p reads position p-1 (a token at position 0, which
+    nothing predicts, has none)."""
+    at = (positions[: len(row["tokens"])] - 1).tolist()
     for stage, values in (stage_values or {}).items():
-        if positions.numel() and int(positions.max()) < values.shape[-1]:
-            row[f"stage_{stage}"] = _milli(values[positions][:n].tolist())
+        width = values.shape[-1]
+        picked = [values[p].item() if 0 <= p < width else math.nan for p in at]
+        row[f"stage_{stage}"] = _milli(picked)
 
 
 def _divergent_place(
-    divergence: dict[str, Any] | None, sizes: list[int]
-) -> tuple[tuple[int, int], int] | None:
-    """((group, row), column) of the token where the replay report's first
-    divergent per-token stage differs most (its ``position``), when rank 0's
-    trajectory names it; None otherwise."""
+    divergence: dict[str, Any] | None, places: dict[tuple[int, int, int], Place]
+) -> tuple[Place, int] | None:
+    """((group, row), token position) where the replay report's first divergent
+    per-token stage differs most (its ``position``: the row and column in the
+    named trajectory's tensor, whose column p is token p+1); None otherwise."""
     if not divergence or divergence.get("stage") not in TOKEN_VIEW_STAGES:
         return None
     position = divergence.get("position")
     where = str(divergence.get("where", ""))
     if not (isinstance(position, list) and len(position) == 2):
         return None
+    rank = 0
+    if where.startswith("rank "):
+        head, _, where = where.removeprefix("rank ").partition(" ")
+        if not head.isdigit():
+            return None
+        rank = int(head)
     index = trajectory_index(where)
-    if index is None:
-        return None
-    row, col = position
-    if len(sizes) > 1 and index < len(sizes) and row < sizes[index]:
-        return (index, row), col
-    flat = [(g, r) for g, n in enumerate(sizes) for r in range(n)]
-    return (flat[row], col) if index == 0 and row < len(flat) else None
+    place = places.get((rank, index, position[0])) if index is not None else None
+    return (place, position[1] + 1) if place is not None else None
 
 
 def _mark_token(row: dict[str, Any], positions: torch.Tensor, col: int) -> None:

@@ -55,8 +55,16 @@ class PlotResult:
     first_divergence: tuple[int, str] | None
 
 
+# The training-inference mismatch (stages/mismatch.py), where the run measured it.
+MISMATCH = (
+    "areal_debug/mismatch/abs_diff/avg",
+    "Training-inference mismatch (mean |trainer - engine log-prob|, loss tokens)",
+    "nats",
+)
+
+
 def title_and_unit(metric: str) -> tuple[str, str]:
-    for name, title, unit in (*DEFAULT_METRICS, SEQUENCE_LENGTH):
+    for name, title, unit in (*DEFAULT_METRICS, SEQUENCE_LENGTH, MISMATCH):
         if name == metric:
             return title, unit
     return metric, "value"

@@ -19,6 +19,7 @@ from areal_debug.inspect.diff import recording_series
 from areal_debug.inspect.listing import pinned_steps
 from areal_debug.inspect.plot import (
     DEFAULT_METRICS,
+    MISMATCH,
     SEQUENCE_LENGTH,
     new_grid,
     save_figure,
@@ -28,9 +29,10 @@ from areal_debug.recording.atomic import read_json
 from areal_debug.recording.format import ANOMALY, RecordingError, list_step_dirs
 from areal_debug.recording.reader import RecordingReader, format_ranges
 
-# One recorded run: the two-run defaults, and the sequence length (what the
-# batch itself looked like, which a replay of the same batch never changes).
-RECORDING_METRICS = (*DEFAULT_METRICS, SEQUENCE_LENGTH)
+# One recorded run: the two-run defaults, the sequence length (what the batch
+# itself looked like, which a replay of the same batch never changes) and the
+# training-inference mismatch.
+RECORDING_METRICS = (*DEFAULT_METRICS, SEQUENCE_LENGTH, MISMATCH)
 
 LINE = "#1f77b4"  # the recorded curve (matplotlib's blue, as in the two-run plot)
 PIN = "#d62728"  # anomaly pins

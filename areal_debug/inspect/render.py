@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # the modules behind the slow commands import AReaL
     from areal_debug.inspect.listing import RecordingSummary
     from areal_debug.inspect.plot import PlotResult
     from areal_debug.inspect.show import StepView
+    from areal_debug.stages.mismatch import StepMismatch
 
 TRUNCATE = 160
 HEADLINE = (
@@ -332,4 +333,41 @@ def doctor_report(r: DoctorReport) -> Group:
             style="bold red" if counts["error"] else "green",
         )
     )
+    return Group(*parts)
+
+
+def mismatch(recording: str, rows: list[StepMismatch]) -> Group:
+    """One row per step (and per replayed step, beside it); a note where no step
+    has the mismatch."""
+    from areal_debug.stages.mismatch import COLUMNS
+
+    replay = any(r.replayed is not None for r in rows)
+    table = Table(title=f"training-inference mismatch of {recording}")
+    table.add_column("step", justify="right")
+    if replay:
+        table.add_column("run")
+    table.add_column("tokens", justify="right")
+    for _, _, heading in COLUMNS:
+        table.add_column(heading, justify="right")
+
+    def cells(tokens, values) -> list[str]:
+        row = [_num(int(tokens)) if tokens is not None else "-"]
+        return row + [_num(values.get(f"{n}/{r}"), 4) for n, r, _ in COLUMNS]
+
+    for r in rows:
+        if replay:
+            table.add_row(str(r.step), "recorded", *cells(r.tokens, r.recorded))
+            if r.replayed is not None:
+                table.add_row("", "replayed", *cells(r.replayed_tokens, r.replayed))
+        else:
+            table.add_row(str(r.step), *cells(r.tokens, r.recorded))
+    parts: list[Any] = [table]
+    if not any(r.recorded or r.replayed for r in rows):
+        parts.append(
+            Text(
+                "No step has the mismatch: the run did not recompute log-probs "
+                "(actor.recompute_logprob=false), or it was recorded before "
+                "areal-debug measured it. A replay with recompute on measures it."
+            )
+        )
     return Group(*parts)

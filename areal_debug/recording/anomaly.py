@@ -59,10 +59,20 @@ def parse_threshold(text: str) -> Threshold:
         ) from None
 
 
+# The training-inference mismatch's mean |d| (stages/mismatch.py names it; the
+# store imports nothing of the stages): a jump in the gap precedes collapses.
+MISMATCH_WATCHED = "areal_debug/mismatch/abs_diff/avg"
+
+
 def watched(key: str) -> bool:
-    """Losses and grad norms: the statistics a training failure shows first."""
+    """Losses, grad norms and the training-inference mismatch: the statistics a
+    training failure shows first."""
     name = key.rsplit("/", 1)[-1]
-    return "grad_norm" in key or ("loss" in key and name in ("avg", "loss", key))
+    return (
+        "grad_norm" in key
+        or ("loss" in key and name in ("avg", "loss", key))
+        or key == MISMATCH_WATCHED
+    )
 
 
 class AnomalyDetector:

@@ -160,6 +160,12 @@ class StageLog:
             self.tensors[(stage, name)] = t.detach().to("cpu", copy=True)
         self.seconds += time.perf_counter() - t0
 
+    def keep_only(self, stage: str, name: str, t: torch.Tensor) -> None:
+        """Keep ``t`` beside the stage's kept tensors, undigested: what identifies
+        a row (its tokens), not a result a replay compares."""
+        if stage in self.keep:
+            self.tensors[(stage, name)] = t.detach().to("cpu", copy=True)
+
     def add_many(
         self,
         stage: str,

@@ -73,6 +73,23 @@ def step_order(stages: dict[str, dict[str, Any]]) -> list[str]:
     return sorted((s for s in STAGES if s in stages), key=position)
 
 
+# What names a kept row identity (the trajectory's tokens) after its index.
+_TOKENS = " tokens"
+
+
+def tokens_name(index: int) -> str:
+    """The entry name under which a per-trajectory stage keeps trajectory
+    ``index``'s tokens beside its values: which recorded rows they are, found by
+    content on any rank, in whatever order AReaL redistributed them."""
+    return f"{trajectory_name(index)}{_TOKENS}"
+
+
+def tokens_index(name: str) -> int | None:
+    """``tokens_name`` undone; None for another entry name."""
+    head = name.removesuffix(_TOKENS)
+    return trajectory_index(head) if head != name else None
+
+
 def mini_batch_name(mini_batch: int, rest: str) -> str:
     """An update stage's entry name: ``"mini-batch M <rest>"`` (``rest`` a
     micro-batch or a parameter)."""

@@ -20,8 +20,9 @@ import torch
 
 from areal_debug import areal_compat
 from areal_debug.logs import get_logger
+from areal_debug.stages import mismatch
 from areal_debug.stages.digest import StageLog
-from areal_debug.stages.names import mini_batch_name, trajectory_name
+from areal_debug.stages.names import mini_batch_name, tokens_name, trajectory_name
 from areal_debug.stages.record import StageRecord
 from areal_debug.stages.recorded_ref_logp import RecordedRefLogp
 
@@ -113,7 +114,7 @@ class StageProbes:
     # -- the probes, one per STAGE_METHODS method: (role, engine) -> wrapper ---------
     def _probe_compute_logp(self, role: str, engine) -> Callable:
         if role != "ref":
-            return self._per_trajectory("logp")
+            return self._measured(self._per_trajectory("logp"))
         digested = self._per_trajectory("ref_logp")
         if self.recorded_ref is None:
             return digested
@@ -143,11 +144,45 @@ class StageProbes:
                     if isinstance(t, torch.Tensor)
                 ]
                 self._digest(stage, lambda: self.log.add_many(stage, items))
+                if stage in self.keep:
+                    data = args[0] if args else kwargs.get("data")
+                    self._digest(stage, lambda: self._keep_tokens(stage, data))
                 return out
 
             return digested
 
         return make
+
+    def _measured(self, digested: Callable[[Callable], Callable]) -> Callable:
+        """The actor's recomputed log-probs, also measured against the engine's
+        (stages/mismatch.py): the training–inference mismatch of the step."""
+
+        def make(compute: Callable) -> Callable:
+            inner = digested(compute)
+
+            def measured(*args, **kwargs):
+                out = inner(*args, **kwargs)
+                data = args[0] if args else kwargs.get("data")
+                self._digest("mismatch", lambda: mismatch.record(data, _as_list(out)))
+                return out
+
+            return measured
+
+        return make
+
+    def _keep_tokens(self, stage: str, data: Any) -> None:
+        """Each trajectory's tokens beside its kept values (-1 outside its
+        attention mask): the page pairs the values with the recorded rows they
+        belong to by these, never by position (AReaL reorders rows even on one
+        rank)."""
+        for i, traj in enumerate(data if isinstance(data, list) else []):
+            ids = traj.get("input_ids") if isinstance(traj, dict) else None
+            if not isinstance(ids, torch.Tensor):
+                continue
+            mask = traj.get("attention_mask")
+            if isinstance(mask, torch.Tensor) and mask.shape == ids.shape:
+                ids = torch.where(mask.bool(), ids, torch.full_like(ids, -1))
+            self.log.keep_only(stage, tokens_name(i), ids)
 
     def _advantages(self, compute: Callable) -> Callable:
         def digested(*args, **kwargs):

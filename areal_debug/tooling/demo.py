@@ -35,6 +35,9 @@ SHOWN_METRICS = [
     "ppo_actor/update/importance_weight/avg",
     "ppo_actor/advantages/max",
     "ppo_actor/task_reward/avg",
+    # The training-inference mismatch (mean and max |trainer - engine log-prob|).
+    "areal_debug/mismatch/abs_diff/avg",
+    "areal_debug/mismatch/abs_diff/max",
 ]
 _STEP_DONE = re.compile(r"Train step (\d+)/(\d+) done")
 

@@ -149,6 +149,9 @@ def sc_d2(tmp_path_factory) -> Demo:
         "--single-controller",
         "recover.mode=on",
         "++recover.freq_steps=1",
+        # The trainer's per-token log-probs on each of the 2 ranks, kept for the
+        # page's pairing by tokens (tests/test_html_report.py).
+        "debug.record_stage_tensors=true",
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     rc, output = run_logged(cmd, str(d), "demo", env, 900)

@@ -1,0 +1,168 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The training–inference mismatch of a step, measured where the trainer computes
+it: the log-probs the actor recomputes for the recorded tokens (AReaL's proximal
+log-probs, before the step's first optimizer step) against the log-probs the
+inference engine reported for the same tokens.
+
+Per token t of the loss (AReaL's ``loss_mask``; never prompt or padding tokens),
+with ``d = trainer - engine`` (log-probs of the same token): ``abs_diff`` |d|,
+``k1`` -d, ``k2`` d^2/2 and ``k3`` exp(d) - 1 - d (the three estimates of
+KL(engine || trainer) from the engine's samples), ``ratio`` exp(d) (the importance
+ratio before any clamp), ``over_log2`` and ``over_log5`` (|d| above log 2, log 5).
+AReaL's trainer exports each as avg, min and max over the step's loss tokens of
+every data-parallel rank (``areal_debug/mismatch/<name>/<avg|min|max>``, tokens
+counted in ``areal_debug/mismatch/n_tokens``), so they are recorded, replayed and
+compared with the step's other statistics, logged wherever AReaL logs, and can
+pin a step (``debug.anomaly_thresholds``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from areal_debug import areal_compat
+
+SCOPE = "areal_debug/mismatch"
+TOKENS = "n_tokens"
+# The statistics, in the order tables show them.
+NAMES = ("abs_diff", "k1", "k2", "k3", "ratio", "over_log2", "over_log5")
+LOG2, LOG5 = math.log(2.0), math.log(5.0)
+
+
+def stat_name(name: str, reduce: str = "avg") -> str:
+    """The committed statistic of ``name`` (``reduce``: avg, min or max)."""
+    return f"{SCOPE}/{name}/{reduce}"
+
+
+TOKENS_STAT = f"{SCOPE}/{TOKENS}"
+
+
+def token_deltas(
+    trajectories: list[dict[str, Any]], trainer_logps: list[torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(d, mask), flat over every token of every trajectory: d = trainer - engine
+    at each position, mask the loss tokens. AReaL's recomputed log-prob at
+    position t is that of token t+1 (its labels are the inputs rolled by -1), as
+    are the engine's log-probs and the loss mask once AReaL rolls them by -1
+    (trainer/ppo/actor.py, ``torch.roll(data["logprobs"], shifts=-1)``): the
+    same roll here pairs each token with itself. None where the batch carries no
+    engine log-probs or no loss mask."""
+    deltas, masks = [], []
+    for traj, logp in zip(trajectories, trainer_logps, strict=False):
+        engine, mask = traj.get("logprobs"), traj.get("loss_mask")
+        if not isinstance(engine, torch.Tensor) or not isinstance(mask, torch.Tensor):
+            return None
+        if engine.shape != logp.shape or mask.shape != logp.shape:
+            return None
+        engine = torch.roll(engine, shifts=-1, dims=-1).to(logp.device)
+        mask = torch.roll(mask, shifts=-1, dims=-1).to(logp.device).bool()
+        deltas.append((logp.float() - engine.float()).reshape(-1))
+        masks.append(mask.reshape(-1))
+    if not deltas:
+        return None
+    return torch.cat(deltas), torch.cat(masks)
+
+
+def token_stats(d: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Every per-token statistic of ``d`` (zero outside ``mask``, where nothing
+    reads it: a placeholder log-prob of a token the engine never generated would
+    otherwise count tens of nats)."""
+    d = torch.where(mask, d, torch.zeros_like(d))
+    a = d.abs()
+    return {
+        "abs_diff": a,
+        "k1": -d,
+        "k2": d * d / 2,
+        "k3": torch.expm1(d) - d,
+        "ratio": torch.exp(d),
+        "over_log2": (a > LOG2).float(),
+        "over_log5": (a > LOG5).float(),
+    }
+
+
+def record(trajectories: Any, trainer_logps: Any) -> bool:
+    """Measure one ``compute_logp`` call's mismatch into AReaL's statistics of the
+    step; whether there was anything to measure."""
+    if not isinstance(trajectories, list) or not isinstance(trainer_logps, list):
+        return False
+    paired = token_deltas(trajectories, trainer_logps)
+    if paired is None or not bool(paired[1].any()):
+        return False
+    d, mask = paired
+    areal_compat.record_token_stats(SCOPE, TOKENS, mask, **token_stats(d, mask))
+    return True
+
+
+# -- reading it back: a recording's steps, and a replay's --------------------------
+# The columns a table shows: (statistic, reduce, heading).
+COLUMNS = (
+    ("abs_diff", "avg", "mean |d|"),
+    ("abs_diff", "max", "max |d|"),
+    ("k1", "avg", "k1"),
+    ("k2", "avg", "k2"),
+    ("k3", "avg", "k3"),
+    ("ratio", "min", "ratio min"),
+    ("ratio", "max", "ratio max"),
+    ("over_log2", "avg", "|d|>log2"),
+    ("over_log5", "avg", "|d|>log5"),
+)
+
+
+@dataclass
+class StepMismatch:
+    """One step's mismatch as recorded (and as a replay of it measured it)."""
+
+    step: int
+    tokens: float | None
+    recorded: dict[str, float]  # "<name>/<reduce>" -> value
+    replayed: dict[str, float] | None = None
+    replayed_tokens: float | None = None
+
+
+def of_stats(stats: dict[str, Any]) -> tuple[float | None, dict[str, float]]:
+    """(loss tokens measured, "<name>/<reduce>" -> value) of one step's
+    statistics; (None, {}) where the step has none (recompute_logprob off, or a
+    recording made before areal-debug measured it)."""
+    values = {}
+    for name in NAMES:
+        for reduce in ("avg", "min", "max"):
+            key = stat_name(name, reduce)
+            if key in stats:
+                values[f"{name}/{reduce}"] = float(stats[key])
+    tokens = stats.get(TOKENS_STAT)
+    return (float(tokens) if tokens is not None else None), values
+
+
+def of_replay(report: dict[str, Any]) -> dict[int, tuple[float | None, dict]]:
+    """The mismatch each step of a replay report measured, by step."""
+    out = {}
+    for entry in report.get("steps", []):
+        replayed = {
+            name: m["replayed"]
+            for name, m in entry.get("metrics", {}).items()
+            if isinstance(m, dict) and "replayed" in m
+        }
+        out[entry["global_step"]] = of_stats(replayed)
+    return out
+
+
+def table(
+    reader, steps: list[int] | None = None, replay: dict[str, Any] | None = None
+) -> list[StepMismatch]:
+    """Each complete step's mismatch (``steps``: only those), with a replay
+    report's beside it."""
+    replayed = of_replay(replay) if replay is not None else {}
+    rows = []
+    for step in reader.available_steps():
+        if steps is not None and step not in steps:
+            continue
+        tokens, recorded = of_stats(reader.recorded_stats(step) or {})
+        row = StepMismatch(step, tokens, recorded)
+        if step in replayed:
+            row.replayed_tokens, row.replayed = replayed[step]
+        rows.append(row)
+    return rows

@@ -1,0 +1,161 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The training–inference mismatch (areal_debug/stages/mismatch.py): each token
+paired with itself across AReaL's shift, measured while recording, reproduced by a
+replay, shown by `areal-debug mismatch`, and a gap planted at one token of one
+trajectory found by replays on 1 and 2 ranks."""
+
+import json
+import math
+import shutil
+
+import pytest
+import torch
+from support.harness import replay_report, run_torchrun
+from support.recordings import DROPOUT, SPMD_D1_STEPS
+from test_cli_inspect import rewrite_payload, run_json
+
+from areal_debug.cli import main
+from areal_debug.recording.reader import RecordingReader
+from areal_debug.stages import mismatch
+
+TOKENS = mismatch.TOKENS_STAT
+ABS_MAX = mismatch.stat_name("abs_diff", "max")
+
+
+def trajectory(engine: list[float], mask: list[int]) -> dict:
+    """One sequence as AReaL's workflows return it: the engine's log-prob of
+    token t at position t (0.0 where it generated nothing), the loss mask."""
+    return {
+        "logprobs": torch.tensor([engine]),
+        "loss_mask": torch.tensor([mask], dtype=torch.int32),
+    }
+
+
+def test_each_token_is_paired_with_itself_across_areals_shift():
+    # Prompt of 2 tokens (placeholder 0.0 log-probs), completion of 3.
+    engine = [0.0, 0.0, -1.0, -2.0, -0.5]
+    mask = [0, 0, 1, 1, 1]
+    # The trainer's log-prob at position t is that of token t+1; the last
+    # position has no next token.
+    trainer = torch.tensor([[-9.0, -1.0, -2.0, -0.5, -7.0]])
+    trainer[0, 2] += 0.75  # a gap planted at token 3 (the trainer's position 2)
+    d, loss = mismatch.token_deltas([trajectory(engine, mask)], [trainer])
+    assert loss.tolist() == [False, True, True, True, False]
+    assert d[loss].tolist() == [0.0, 0.75, 0.0]
+    # Prompt and padding placeholders never count, however far they are.
+    stats = mismatch.token_stats(d, loss)
+    assert stats["abs_diff"].tolist() == [0.0, 0.0, 0.75, 0.0, 0.0]
+
+
+def test_the_statistics_are_the_formulas_the_readme_gives():
+    d = torch.tensor([0.5, -1.0, 2.0, 0.0])
+    loss = torch.tensor([True, True, True, False])
+    s = mismatch.token_stats(d, loss)
+    for i, x in enumerate([0.5, -1.0, 2.0]):
+        assert s["k1"][i] == pytest.approx(-x)
+        assert s["k2"][i] == pytest.approx(x * x / 2)
+        assert s["k3"][i] == pytest.approx(math.exp(x) - 1 - x)
+        assert s["ratio"][i] == pytest.approx(math.exp(x))
+    assert s["over_log2"].tolist() == [0.0, 1.0, 1.0, 0.0]
+    assert s["over_log5"].tolist() == [0.0, 0.0, 1.0, 0.0]
+
+
+def test_a_jump_in_the_gap_pins_the_step():
+    """The flight recorder's median-factor rule watches the mean |d| as it does
+    losses and grad norms."""
+    from areal_debug.recording.anomaly import AnomalyDetector
+
+    name = mismatch.stat_name("abs_diff")
+    detector = AnomalyDetector(median_factor=10.0, thresholds=[])
+    for _ in range(8):
+        assert detector.check({name: 0.02}) == []
+    (why,) = detector.check({name: 0.5})
+    assert name in why and "running median" in why
+
+
+def test_a_batch_without_engine_log_probs_is_not_measured():
+    traj = {"loss_mask": torch.ones(1, 4, dtype=torch.int32)}
+    assert mismatch.token_deltas([traj], [torch.zeros(1, 4)]) is None
+    assert mismatch.record([traj], [torch.zeros(1, 4)]) is False
+
+
+@pytest.mark.areal
+def test_each_recorded_step_has_its_mismatch_and_a_replay_reproduces_it(
+    spmd_d1, spmd_d1_replay, capsys
+):
+    assert spmd_d1_replay.returncode == 0, spmd_d1_replay.log[-3000:]
+    reader = RecordingReader(spmd_d1.path)
+    for step in range(SPMD_D1_STEPS):
+        stats = reader.recorded_stats(step)
+        # Every loss token of the step, never a prompt or padding token.
+        assert stats[TOKENS] == stats["ppo_actor/n_valid_tokens"] > 0
+        tokens, values = mismatch.of_stats(stats)
+        assert set(values) == {
+            f"{n}/{r}" for n in mismatch.NAMES for r in ("avg", "min", "max")
+        }
+        # The fake engine's log-probs are random: a real gap, measured.
+        assert values["abs_diff/max"] >= values["abs_diff/avg"] > 0
+        # exp(d) within exp(+-max |d|), computed on the same tokens.
+        bound = math.exp(values["abs_diff/max"]) * (1 + 1e-5)
+        assert 1 / bound <= values["ratio/min"] <= values["ratio/max"] <= bound
+    report = replay_report(str(spmd_d1.workdir))
+    for entry in report["steps"]:
+        ours = {
+            n: m for n, m in entry["metrics"].items() if n.startswith(mismatch.SCOPE)
+        }
+        assert len(ours) == 3 * len(mismatch.NAMES) + 1
+        assert all(m["status"] == "identical" for m in ours.values()), ours
+    # The logs root is not a report: one line saying what to give.
+    assert main(["mismatch", spmd_d1.path, str(spmd_d1.workdir / "root")]) == 1
+    assert "is not a replay report" in capsys.readouterr().err
+    replay_dir = next((spmd_d1.workdir / "root" / "logs").glob("*/tiny/t0_replay"))
+    rc, rows = run_json(capsys, "mismatch", spmd_d1.path, str(replay_dir))
+    assert rc == 0 and [r["step"] for r in rows] == list(range(SPMD_D1_STEPS))
+    assert all(r["recorded"] == r["replayed"] for r in rows)
+    assert main(["mismatch", spmd_d1.path, "--steps", "2"]) == 0
+    shown = capsys.readouterr().out
+    assert "mean |d|" in shown and "|d|>log5" in shown
+
+
+PLANTED = -50.0  # nats: no sampled token's log-prob is near it
+
+
+def plant(batch) -> None:
+    """The engine's log-prob of one completion token of trajectory 3 set far off."""
+    traj = batch[3]
+    mask = traj["loss_mask"][0]
+    token = int(mask.nonzero()[1])
+    traj["logprobs"][0, token] = PLANTED
+
+
+@pytest.mark.areal
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_a_gap_planted_at_one_token_is_found_on_1_and_2_ranks(spmd_d1, tmp_path, nproc):
+    copy = tmp_path / "rec"
+    shutil.copytree(spmd_d1.path, copy)
+    rewrite_payload(str(copy), 0, 0, plant)
+    trial = f"planted{nproc}"
+    run = run_torchrun(
+        str(spmd_d1.workdir),
+        trial,
+        nproc,
+        [
+            f"actor.backend=fsdp:d{nproc}",
+            f"rollout.backend=sglang:d{nproc}",
+            *DROPOUT,
+            "total_train_steps=1",
+            "debug.replay_rollout_data=true",
+            f"debug.path={copy}",
+            f"debug.replay_trial_name={trial}",
+        ],
+    )
+    assert run.returncode == 0, run.log[-3000:]
+    step = replay_report(str(spmd_d1.workdir), trial=trial)["steps"][0]["metrics"]
+    recorded, replayed = step[ABS_MAX]["recorded"], step[ABS_MAX]["replayed"]
+    assert recorded < 10 and replayed > abs(PLANTED) - 10, (recorded, replayed)
+    # One token more beyond log 5, of the same tokens.
+    over = mismatch.stat_name("over_log5")
+    n = step[TOKENS]["replayed"]
+    assert n == step[TOKENS]["recorded"]
+    extra = (step[over]["replayed"] - step[over]["recorded"]) * n
+    assert round(extra) == 1, json.dumps({k: step[k] for k in (over, TOKENS)})
