@@ -20,6 +20,7 @@ from areal_debug.recording.anomaly import parse_threshold
 from areal_debug.recording.format import (
     DEFAULT_ZSTD_LEVEL,
     DEFAULT_ZSTD_THREADS,
+    MANIFEST,
     ZSTD_LEVELS,
     Codec,
 )
@@ -534,6 +535,86 @@ def agree_argv_with_allocation(argv: list[str]) -> list[str]:
     return [*argv, *extra]
 
 
+class DebugConfigError(ValueError):
+    """A ``debug.*`` key or value no run can use, found before any process starts."""
+
+
+def _override_parts(arg: str) -> tuple[str, str] | None:
+    """``(key, value)`` of a hydra override (``key=v``, ``+key=v``, ``++key=v``,
+    ``~key``), None for anything else (``--config``, a script)."""
+    text = arg.lstrip("+~")
+    if "=" not in text or text.startswith("-"):
+        return None
+    key, _, value = text.partition("=")
+    return key.strip(), value
+
+
+def check_debug_keys(argv: list[str]) -> None:
+    """Every ``debug.*`` override names a debug key: a typo
+    (``debug.replay_end_stpe``) is refused with the closest names and the list,
+    not left to the config loader's ``ConfigKeyError`` after AReaL has loaded."""
+    import difflib
+
+    known = [f.name for f in dataclasses.fields(DebugConfig)]
+    for arg in argv:
+        parts = _override_parts(arg)
+        if parts is None or not parts[0].startswith("debug."):
+            continue
+        name = parts[0].removeprefix("debug.").split(".", 1)[0]
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+        hint = (
+            "Did you mean " + " or ".join(f"debug.{c}" for c in close) + "? "
+            if close
+            else ""
+        )
+        raise DebugConfigError(
+            f"{arg!r}: debug.{name} is not a debug key. {hint}The debug keys are: "
+            + ", ".join(known)
+            + "."
+        )
+
+
+def check_debug_section(cfg) -> str | None:
+    """The composed config's ``debug:`` section checked as the trainer will
+    check it (``DebugConfig``'s own validation), before any process starts.
+    Returns the recording a replay reads (``check_recording`` it), else None."""
+    section = OmegaConf.select(cfg, "debug", default=None)
+    if section is None:
+        return None
+    values = OmegaConf.to_container(section, resolve=True) or {}
+    try:
+        debug = DebugConfig(**values)
+    except (TypeError, ValueError) as e:
+        raise DebugConfigError(str(e)) from None
+    if not debug.replay_rollout_data:
+        return None
+    return debug.path or default_recording_path(
+        str(OmegaConf.select(cfg, "cluster.fileroot")),
+        str(OmegaConf.select(cfg, "experiment_name")),
+        str(OmegaConf.select(cfg, "trial_name")),
+    )
+
+
+def check_recording(path: str) -> None:
+    """A replay's ``debug.path`` holds a recording, or says where one is."""
+    if os.path.isfile(os.path.join(path, MANIFEST)):
+        return
+    below = os.path.join(path, RECORDING_DIRNAME)
+    if os.path.isfile(os.path.join(below, MANIFEST)):
+        raise DebugConfigError(
+            f"debug.path={path} is not a recording, but it holds one: "
+            f"{below}. Set debug.path={below}."
+        )
+    what = "does not exist" if not os.path.exists(path) else "holds no manifest.json"
+    raise DebugConfigError(
+        f"No recording to replay at debug.path={path}: it {what}. Point debug.path "
+        "at the directory a dump run wrote (areal-debug ls FILEROOT lists them), or "
+        "record one first with debug.dump_rollout_data=true."
+    )
+
+
 def load_expr_config(argv: list[str], config_cls=DebugPPOConfig):
     """AReaL's ``load_expr_config`` for any experiment config class, with a ``debug:``
     section and ``debug.*`` overrides whether or not the YAML declares them.
@@ -547,6 +628,7 @@ def load_expr_config(argv: list[str], config_cls=DebugPPOConfig):
     """
     from areal.api.cli_args import load_expr_config as areal_load_expr_config
 
+    check_debug_keys(list(argv))
     parse_cls = (
         config_cls if has_debug_section(config_cls) else _parsing_class(config_cls)
     )

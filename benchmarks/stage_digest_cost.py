@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Stage digests: what do they cost per step, measured, and extrapolated to 7B?
+"""Stage digests and the training-inference mismatch: what do they cost per step,
+measured, and (the digests) extrapolated to 7B?
 
 Measured (the figure): a PPO step of the demo's tiny Qwen2 on CPU at a realistic
 RL step, 64 sequences x 1024 tokens (16 prompts x 4 samples; 65536 tokens), the
@@ -46,6 +47,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from figures import median_figure, repeat  # noqa: E402
 
 from areal_debug.recording.format import STAGES_FILE, STATS  # noqa: E402
+from areal_debug.stages import mismatch  # noqa: E402
 from areal_debug.stages.digest import StageLog  # noqa: E402
 from areal_debug.stages.names import mini_batch_name, trajectory_name  # noqa: E402
 from areal_debug.tooling.tiny_task import build_tiny_model  # noqa: E402
@@ -58,6 +60,7 @@ TRAIN_TIMINGS = (
     "timeperf/train_step",
 )
 TARGET = 0.01
+MISMATCH_TARGET = 0.005
 
 # The measured step: the tiny model at a realistic batch for it.
 # 16 prompts x 4 samples of 1024 tokens: a small RL step (the shipped GSM8K config,
@@ -96,19 +99,32 @@ class TinyStep:
         self.ids = torch.randint(4, vocab, (SEQUENCES, SEQLEN))
         self.rewards = torch.rand(SEQUENCES)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+        # The engine's side: a log-prob per token (position t: token t), the
+        # last token's past the trainer's row; the loss on the completion half.
+        width = SEQLEN - 1
+        mask = torch.zeros(1, width, dtype=torch.int32)
+        mask[:, width // 2 :] = 1
+        self.trajectories = [
+            {"logprobs": -torch.rand(1, width) * 3, "loss_mask": mask}
+            for _ in range(SEQUENCES)
+        ]
         self.params = list(self.model.named_parameters())
 
     def _logp(self, ids: torch.Tensor) -> torch.Tensor:
         logits = self.model(input_ids=ids).logits[:, :-1].float()
         return torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None])[..., 0]
 
-    def run(self) -> tuple[float, float]:
-        """(training seconds, digest seconds) of one step, digested where the
-        stage probes digest."""
+    def run(self) -> tuple[float, float, float]:
+        """(training seconds, digest seconds, mismatch seconds) of one step,
+        digested where the stage probes digest, the mismatch measured where the
+        probe measures it (after the recomputed log-probs)."""
         log = StageLog()
         t0 = time.perf_counter()
         with torch.no_grad():
             old = self._logp(self.ids)  # recompute_logp
+        t1 = time.perf_counter()
+        measured = self._mismatch(old)
+        mismatch_s = time.perf_counter() - t1
         log.add_many("logp", [(trajectory_name(i), t, 0) for i, t in enumerate(old)])
         adv = (self.rewards - self.rewards.mean()) / (self.rewards.std() + 1e-6)
         advantages = adv[:, None].expand_as(old).contiguous()
@@ -140,7 +156,16 @@ class TinyStep:
             )
         log.to_host()
         wall = time.perf_counter() - t0
-        return wall - log.seconds, log.seconds
+        assert measured > 0
+        return wall - log.seconds - mismatch_s, log.seconds, mismatch_s
+
+    def _mismatch(self, trainer: torch.Tensor) -> int:
+        """What the probe does with one compute_logp call: pair each token with
+        the engine's log-prob of it, every statistic per token, and the copies
+        AReaL's stats tracker keeps of them (stats_tracker.stat clones)."""
+        d, mask = mismatch.token_deltas(self.trajectories, list(trainer[:, None]))
+        kept = [t.clone() for t in mismatch.token_stats(d, mask).values()]
+        return int(mask.sum()) + len(kept)
 
 
 def run_demo(workdir: Path, steps: int) -> None:
@@ -213,8 +238,9 @@ def main(argv=None) -> int:
                 run_demo(workdir, args.steps)
             demo = demo_steps(workdir)
     params = sum(p.numel() for _, p in step.params)
-    train = statistics.median(t for t, _ in pairs)
-    digest = statistics.median(d for _, d in pairs)
+    train = statistics.median(t for t, _, _ in pairs)
+    digest = statistics.median(d for _, d, _ in pairs)
+    measured = statistics.median(m for _, _, m in pairs)
     print(
         f"# tiny Qwen2 ({params} params), {SEQUENCES} x {SEQLEN} = "
         f"{SEQUENCES * SEQLEN} tokens a step, {TINY_MINI_BATCHES} mini-batches, "
@@ -230,9 +256,22 @@ def main(argv=None) -> int:
     print(
         median_figure(
             f"stage_digests_vs_train_step_tiny_cpu_{SEQUENCES * SEQLEN}_tokens",
-            [d / t for t, d in pairs],
+            [d / t for t, d, _ in pairs],
             "<=",
             TARGET,
+        )
+    )
+    print(
+        f"# training-inference mismatch: {measured * 1e3:.2f} ms a step over "
+        f"{SEQUENCES * (SEQLEN - 1) // 2} loss tokens (7 statistics per token and "
+        "the stats tracker's copies)"
+    )
+    print(
+        median_figure(
+            f"mismatch_metrics_vs_train_step_tiny_cpu_{SEQUENCES * SEQLEN}_tokens",
+            [m / t for t, _, m in pairs],
+            "<=",
+            MISMATCH_TARGET,
         )
     )
     ratio, lines = extrapolate_7b()

@@ -362,7 +362,7 @@ def test_plot_of_the_recorded_run_alone(spmd_d1, tmp_path, capsys):
     assert not pixels(packed, SHADE)  # no incomplete step to shade
     assert main(["plot", spmd_d1.path, "-o", str(out)]) == 0
     text = " ".join(capsys.readouterr().out.split())  # as wrapped at 120 columns
-    assert f"7 metrics of the recorded run tiny/t0 over steps 0-{steps[-1]}" in text
+    assert f"8 metrics of the recorded run tiny/t0 over steps 0-{steps[-1]}" in text
     assert all(name in text for name in PLOTTED)
     assert f"anomalies steps 0-{steps[-1]} (red pins)" in text
 

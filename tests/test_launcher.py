@@ -425,7 +425,8 @@ def test_replay_through_the_launcher_starts_only_the_trainer_and_exits_with_it(
     last = SPMD_D2_STEPS - 1
     assert f"lacks steps {last + 1}-{last + 2}" in run.log
     assert f"complete steps: 0-{last}" in run.log
-    assert "Trainer failed (exit status 1" in run.log
+    assert "Trainer failed (exit status 1)" in run.log
+    assert "COMPLETED" not in run.log.split("Trainer failed", 1)[1].splitlines()[0]
 
 
 # -- the shipped example at the allocation given (issue #30) ----------------------
@@ -621,3 +622,72 @@ def test_distributed_training_part_must_fill_whole_nodes():
             ),
             resize_cluster=True,
         )
+
+
+def _no_process(monkeypatch):
+    from areal_debug.launcher import common, local
+
+    def no_process(*args, **kwargs):
+        raise AssertionError("a process was started")
+
+    monkeypatch.setattr(common, "run_areal_launcher", no_process)
+    monkeypatch.setattr(local, "run_areal_launcher", no_process)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["debug.replay_rollout_data=true", "debug.replay_end_stpe=2"],
+            "debug.replay_end_stpe is not a debug key. Did you mean "
+            "debug.replay_end_step",
+        ),
+        (
+            ["debug.replay_rollout_data=true", "++debug.pathh=/x"],
+            "Did you mean debug.path?",
+        ),
+        (
+            ["debug.replay_rollout_data=true", "debug.dump_rollout_data=true"],
+            "debug.dump_rollout_data=true and debug.replay_rollout_data=true",
+        ),
+        (
+            ["debug.replay_rollout_data=true", "debug.path=/no/such/recording"],
+            "No recording to replay at debug.path=/no/such/recording: it does not "
+            "exist",
+        ),
+    ],
+)
+@pytest.mark.parametrize("kind", ["local", "slurm"])
+def test_debug_mistakes_exit_2_in_one_line_before_any_process(
+    kind, overrides, message, monkeypatch, capsys
+):
+    """A typo in a debug key, both modes at once, a recording that is not there:
+    the launcher says so in one line, with the closest key, before AReaL or any
+    process starts, instead of a traceback from inside the trainers."""
+    import importlib
+
+    _no_process(monkeypatch)
+    launcher = importlib.import_module(f"areal_debug.launcher.{kind}")
+    assert launcher.main(argv(*overrides)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"areal_debug.launcher.{kind}: ") and message in err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def test_a_recording_one_level_down_is_named(monkeypatch, capsys, tmp_path):
+    from areal_debug.launcher import local
+
+    _no_process(monkeypatch)
+    (tmp_path / "areal_debug_recording").mkdir()
+    (tmp_path / "areal_debug_recording" / "manifest.json").write_text("{}")
+    args = argv("debug.replay_rollout_data=true", f"debug.path={tmp_path}")
+    assert local.main(args) == 2
+    err = capsys.readouterr().err
+    assert f"Set debug.path={tmp_path}/areal_debug_recording." in err
+
+
+def test_load_expr_config_names_the_closest_debug_key():
+    from areal_debug.config import DebugConfigError, load_expr_config
+
+    with pytest.raises(DebugConfigError, match="Did you mean debug.replay_end_step"):
+        load_expr_config(["--config", FAKE_CONFIG, "debug.replay_end_stpe=2"])

@@ -44,7 +44,8 @@ def test_replay_with_recorded_reference_logps_runs_no_reference_forward(workdir)
     stages, tensors = reader.recorded_stages(0)
     assert "ref_logp" in stages["ranks"][0]
     kept = ref_logp_tensors(tensors)
-    assert kept and set(kept) == set(tensors)  # only the reference log-probs
+    # Only the reference log-probs, and beside each the tokens it was computed for.
+    assert kept and set(tensors) == set(kept) | {f"{k} tokens" for k in kept}
     assert len(kept) == len(stages["ranks"][0]["ref_logp"])
     # Log-probs, one row per sequence of the trajectory group (n_samples 4).
     assert all(t.shape[0] == 4 and bool((t <= 0).all()) for t in kept.values())

@@ -248,6 +248,7 @@ def test_the_workers_stage_records_reach_the_controller_united_per_rank():
     kept = record.keyed_tensors(0)
     assert sorted(kept) == [
         "rank 0/ref_logp/trajectory 0",
+        "rank 0/ref_logp/trajectory 0 tokens",  # which rows they are
         "rank 0/values/trajectory 0",
     ]
     assert torch.equal(kept["rank 0/ref_logp/trajectory 0"], logps)

@@ -19,7 +19,14 @@ from areal_debug.backend_agreement import (
     hydra_override,
     override_key,
 )
-from areal_debug.config import REPLAY_TRIAL_SUFFIX, compose_with_debug_overrides
+from areal_debug.config import (
+    REPLAY_TRIAL_SUFFIX,
+    DebugConfigError,
+    check_debug_keys,
+    check_debug_section,
+    check_recording,
+    compose_with_debug_overrides,
+)
 from areal_debug.determinism import DETERMINISM_ENV
 from areal_debug.launcher.allocation import (
     AllocationError,
@@ -41,6 +48,8 @@ class LaunchPlan:
     replay: bool
     extra_env: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # The recording a replay reads (checked before any process starts).
+    recording: str | None = None
 
 
 def parse_config(argv: list[str]) -> tuple[DictConfig, list[str]]:
@@ -55,9 +64,11 @@ def _select(cfg: DictConfig, key: str, default=None):
 
 def plan_launch(argv: list[str], resize_cluster: bool = False) -> LaunchPlan:
     areal_compat.check_areal_version()
+    check_debug_keys(argv)
     cfg, argv = parse_config(argv)
+    recording = check_debug_section(cfg)
     replay = bool(_select(cfg, "debug.replay_rollout_data", False))
-    plan = LaunchPlan(config=cfg, argv=list(argv), replay=replay)
+    plan = LaunchPlan(config=cfg, argv=list(argv), replay=replay, recording=recording)
     if bool(_select(cfg, "debug.deterministic", False)):
         plan.extra_env.update(DETERMINISM_ENV)
     bin_dir = os.path.dirname(sys.executable)
@@ -217,7 +228,9 @@ def distributed_main(kind: str, argv: list[str] | None, init=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         plan = plan_launch(argv, resize_cluster=True)
-    except AllocationError as e:
+        if plan.recording is not None:
+            check_recording(plan.recording)
+    except (AllocationError, DebugConfigError) as e:
         print(f"areal_debug.launcher.{kind}: {e}", file=sys.stderr)
         return 2
     if init is not None:

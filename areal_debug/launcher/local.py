@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 
 from areal_debug import areal_compat
+from areal_debug.config import DebugConfigError, check_recording
 from areal_debug.launcher.allocation import AllocationError
 from areal_debug.launcher.common import (
     LaunchPlan,
@@ -44,9 +45,10 @@ def run_local(plan: LaunchPlan) -> int:
         if e.reason == JobState.COMPLETED and rc == 0:
             logger.info("Trainer finished successfully.")
             return 0
+        # AReaL's local launcher reports a job that exited as COMPLETED whatever
+        # its status: the exit status alone says how it ended.
         logger.error(
-            f"Trainer failed (exit status {rc}, job state {e.reason.name}); its "
-            "error is in the output above."
+            f"Trainer failed (exit status {rc}); its error is in the output above."
         )
         return rc or 1
     return 0
@@ -56,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         plan = plan_launch(argv)
-    except AllocationError as e:
+        if plan.recording is not None:
+            check_recording(plan.recording)
+    except (AllocationError, DebugConfigError) as e:
         print(f"areal_debug.launcher.local: {e}", file=sys.stderr)
         return 2
     return run_local(plan)

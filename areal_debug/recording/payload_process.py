@@ -77,6 +77,7 @@ CHILD_MODULE = "areal_debug.recording.payload_process"
 # HERE goes just before the first site-packages directory, unless it is on
 # sys.path already; then MODULE runs as __main__ with ARGS as its arguments.
 BOOT = """\
+# areal-debug writer process (what ps shows first)
 import os, runpy, site, sys
 here, module = sys.argv[1:3]
 path = [os.path.abspath(p) for p in sys.path]

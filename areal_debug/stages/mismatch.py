@@ -24,8 +24,6 @@ from typing import Any
 
 import torch
 
-from areal_debug import areal_compat
-
 SCOPE = "areal_debug/mismatch"
 TOKENS = "n_tokens"
 # The statistics, in the order tables show them.
@@ -53,6 +51,8 @@ def token_deltas(
     engine log-probs or no loss mask."""
     deltas, masks = [], []
     for traj, logp in zip(trajectories, trainer_logps, strict=False):
+        if not isinstance(traj, dict) or not isinstance(logp, torch.Tensor):
+            return None
         engine, mask = traj.get("logprobs"), traj.get("loss_mask")
         if not isinstance(engine, torch.Tensor) or not isinstance(mask, torch.Tensor):
             return None
@@ -93,6 +93,9 @@ def record(trajectories: Any, trainer_logps: Any) -> bool:
     if paired is None or not bool(paired[1].any()):
         return False
     d, mask = paired
+    # Imported here: reading a recording's mismatch (the CLI) needs no AReaL.
+    from areal_debug import areal_compat
+
     areal_compat.record_token_stats(SCOPE, TOKENS, mask, **token_stats(d, mask))
     return True
 

@@ -47,6 +47,8 @@ class StageProbes:
         self.ref_forwards: int | None = None
         # Set by the first digest that fails: probing stops, training goes on.
         self.failed: str | None = None
+        # Set by the first mismatch measurement that fails: that alone stops.
+        self.mismatch_failed: str | None = None
 
     def _digest(self, what: str, work: Callable[[], None]) -> None:
         """Run one digest step; an error in it never reaches the training step."""
@@ -163,7 +165,7 @@ class StageProbes:
             def measured(*args, **kwargs):
                 out = inner(*args, **kwargs)
                 data = args[0] if args else kwargs.get("data")
-                self._digest("mismatch", lambda: mismatch.record(data, _as_list(out)))
+                self._measure(data, _as_list(out))
                 return out
 
             return measured
@@ -183,6 +185,20 @@ class StageProbes:
             if isinstance(mask, torch.Tensor) and mask.shape == ids.shape:
                 ids = torch.where(mask.bool(), ids, torch.full_like(ids, -1))
             self.log.keep_only(stage, tokens_name(i), ids)
+
+    def _measure(self, data: Any, logps: list) -> None:
+        """The mismatch of one compute_logp call; an error in it stops only the
+        mismatch (said once), never the digests or the training step."""
+        if self.mismatch_failed is not None:
+            return
+        try:
+            mismatch.record(data, logps)
+        except Exception as e:  # noqa: BLE001 - the recorder must not kill training
+            self.mismatch_failed = repr(e)
+            logger.error(
+                f"The training-inference mismatch is not measured from here on "
+                f"({self.mismatch_failed}); training and the stage digests go on."
+            )
 
     def _advantages(self, compute: Callable) -> Callable:
         def digested(*args, **kwargs):

@@ -30,8 +30,14 @@ STAGE = "ref_logp"
 def ref_logp_tensors(
     tensors: dict[str, torch.Tensor] | None,
 ) -> dict[str, torch.Tensor]:
-    """The reference log-probs among a step's recorded stage tensors (all ranks)."""
-    return {k: t for k, t in (tensors or {}).items() if _key(k).stage == STAGE}
+    """The reference log-probs among a step's recorded stage tensors (all ranks;
+    not the tokens kept beside them)."""
+    out = {}
+    for text, t in (tensors or {}).items():
+        key = _key(text)
+        if key.stage == STAGE and trajectory_index(key.name) is not None:
+            out[text] = t
+    return out
 
 
 def _key(text: str) -> StageTensorKey:
