@@ -557,7 +557,11 @@ def dry_run(kind, tmp_path, monkeypatch, *overrides):
         monkeypatch.setattr(ours, "_init_ray", lambda: None)
         monkeypatch.setattr(areal_module, "RAY_LAUNCHER", None)
     (tmp_path / "name_resolve").mkdir(exist_ok=True)
-    args = argv(f"cluster.fileroot={tmp_path}", *overrides)
+    # A replay's recording is looked for before anything is submitted.
+    rec = tmp_path / "rec"
+    rec.mkdir(exist_ok=True)
+    (rec / "manifest.json").write_text("{}")
+    args = argv(f"cluster.fileroot={tmp_path}", f"debug.path={rec}", *overrides)
     RecordingLauncher.submitted = []
     assert ours.main(args) == 0
     return plan_launch(args, resize_cluster=True), RecordingLauncher.submitted
