@@ -250,6 +250,37 @@ def _():
             assert callable(method), f"{classes[role].__name__}.{name} ({role})"
 
 
+@check(
+    "record_token_stats: stats_tracker.get().scope/denominator/stat; the engine's "
+    "log-probs and loss mask rolled by -1 against the recomputed ones"
+)
+def _():
+    from areal.trainer.ppo.actor import PPOActor
+    from areal.utils import stats_tracker
+
+    tracker = stats_tracker.get()
+    for name in ("scope", "denominator", "stat"):
+        assert callable(getattr(tracker, name)), name
+    assert "denominator" in params(tracker.stat)
+    # What stages/mismatch.py mirrors to pair each token with itself.
+    advantages = source(PPOActor._compute_advantages)
+    assert 'torch.roll(data["logprobs"], shifts=-1, dims=-1)' in advantages
+    assert "torch.roll(loss_mask, shifts=-1, dims=-1)" in advantages
+    # The trainer hands compute_logp the per-trajectory list the probe reads.
+    assert params(PPOActor.compute_logp)[1] == "data"
+    # Measured for real: one call, exported with the step's statistics.
+    from areal_debug.stages import mismatch
+
+    trajectory = {
+        "logprobs": torch.tensor([[0.0, -1.0, -2.0]]),
+        "loss_mask": torch.tensor([[0, 1, 1]]),
+    }
+    assert mismatch.record([trajectory], [torch.tensor([[-1.5, -2.0, -9.0]])])
+    exported = stats_tracker.export_all()
+    assert exported[mismatch.TOKENS_STAT] == 2
+    assert exported[mismatch.stat_name("abs_diff", "max")] == 0.5
+
+
 @check("PPOActor._ppo_update -> engine.train_batch(loss_fn=) -> optimizer_step()")
 def _():
     from areal.engine.fsdp_engine import FSDPEngine
