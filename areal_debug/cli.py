@@ -245,9 +245,8 @@ def cmd_report(args) -> int:
 def cmd_mismatch(args) -> int:
     from areal_debug.inspect.common import (
         InspectError,
-        load_report_json,
         parse_int_list,
-        report_file,
+        replay_report_at,
         require_path,
     )
 
@@ -256,15 +255,7 @@ def cmd_mismatch(args) -> int:
         from areal_debug.stages import mismatch
 
         reader = RecordingReader(require_path(args.recording, "The recording"))
-        report = None
-        if args.replay:
-            found = report_file(require_path(args.replay, "The replay report"))
-            if found is None:
-                raise InspectError(
-                    f"{args.replay} is not a replay report: give the "
-                    "replay_report.json a replay wrote, or its log directory."
-                )
-            report = load_report_json(found)
+        report = replay_report_at(args.replay)[1] if args.replay else None
         rows = mismatch.table(reader, parse_int_list(args.steps, "--steps"), report)
     if not rows:
         raise InspectError(

@@ -539,16 +539,6 @@ class DebugConfigError(ValueError):
     """A ``debug.*`` key or value no run can use, found before any process starts."""
 
 
-def _override_parts(arg: str) -> tuple[str, str] | None:
-    """``(key, value)`` of a hydra override (``key=v``, ``+key=v``, ``++key=v``,
-    ``~key``), None for anything else (``--config``, a script)."""
-    text = arg.lstrip("+~")
-    if "=" not in text or text.startswith("-"):
-        return None
-    key, _, value = text.partition("=")
-    return key.strip(), value
-
-
 def check_debug_keys(argv: list[str]) -> None:
     """Every ``debug.*`` override names a debug key: a typo
     (``debug.replay_end_stpe``) is refused with the closest names and the list,
@@ -557,10 +547,10 @@ def check_debug_keys(argv: list[str]) -> None:
 
     known = [f.name for f in dataclasses.fields(DebugConfig)]
     for arg in argv:
-        parts = _override_parts(arg)
-        if parts is None or not parts[0].startswith("debug."):
+        key = override_key(arg)
+        if key is None or not key.startswith("debug."):
             continue
-        name = parts[0].removeprefix("debug.").split(".", 1)[0]
+        name = key.removeprefix("debug.").split(".", 1)[0]
         if name in known:
             continue
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)

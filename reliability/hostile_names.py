@@ -128,12 +128,7 @@ def write_recording(path: str, case: HostileCase) -> None:
             "cluster": {"fileroot": "/fileroot/" + case.value},
         },
     }
-    original = recording.MANIFEST
-    recording.MANIFEST = manifest
-    try:
-        recording.write(path)
-    finally:
-        recording.MANIFEST = original
+    recording.write(path, manifest=manifest)
 
 
 def check_extract(root: str, case: HostileCase) -> str | None:

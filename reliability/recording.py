@@ -81,9 +81,10 @@ def submit_step(heads: list[RecordingWriter], step: int) -> None:
     coordinator.submit_stats(step, {"loss": 0.5 + step}, {"timeperf/train": 0.1})
 
 
-def write(path: str, steps=STEPS) -> None:
-    """Record ``steps`` at ``path`` with every optional file a step can have."""
-    write_manifest(path, MANIFEST)
+def write(path: str, steps=STEPS, manifest: dict | None = None) -> None:
+    """Record ``steps`` at ``path`` with every optional file a step can have
+    (``manifest``: MANIFEST's keys, some replaced)."""
+    write_manifest(path, MANIFEST if manifest is None else manifest)
     heads = writers(path)
     for step in steps:
         submit_step(heads, step)

@@ -19,7 +19,8 @@ from support.recordings import SPMD_D2_STEPS
 
 from areal_debug.backend_agreement import AllocationConflictError, agree_with_allocation
 from areal_debug.launcher.allocation import AllocationError, training_allocation
-from areal_debug.launcher.local import CpuSafeLocalLauncher, plan_launch
+from areal_debug.launcher.common import plan_launch
+from areal_debug.launcher.local import CpuSafeLocalLauncher
 
 
 @pytest.mark.parametrize(

@@ -63,6 +63,20 @@ def report_file(path: str) -> str | None:
     return None
 
 
+def replay_report_at(path: str) -> tuple[str, dict[str, Any]]:
+    """(the file, its JSON) of the replay report ``path`` names: the file, or a
+    replay trial's log directory holding it; one error saying what to give."""
+    require_path(path, "The replay report")
+    found = report_file(path)
+    if found is None:
+        raise InspectError(
+            f"{path} is not a replay report: give the replay_report.json a replay "
+            "wrote, or the replay trial's log directory holding it (areal-debug ls "
+            "ROOT names each replay of a recording)."
+        )
+    return found, load_report_json(found)
+
+
 def load_report_json(path: str) -> dict[str, Any]:
     """A replay report's JSON, or one error saying why it is not one."""
     try:

@@ -523,7 +523,8 @@ def _replay_yaml(
 
 
 def _rename(cfg: Any, key: str, old: str, new: str) -> None:
-    """Set ``key`` to ``new`` at the top of ``cfg`` and wherever it is ``old``."""
+    """Set ``key`` to ``new`` wherever in ``cfg`` it holds ``old`` (as recorded,
+    or as ``config_literal`` escaped it)."""
     if isinstance(cfg, dict):
         for k, v in cfg.items():
             if k == key and (v == old or v == config_literal(old)):

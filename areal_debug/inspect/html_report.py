@@ -23,11 +23,10 @@ from areal_debug.compare.report import ReplayReport
 from areal_debug.inspect.common import (
     InspectError,
     is_recording,
-    load_report_json,
     logger,
     package_version,
     parse_int_list,
-    report_file,
+    replay_report_at,
     require_path,
     track,
 )
@@ -204,15 +203,7 @@ def _finite_or_text(values: dict[str, float]) -> dict[str, Any]:
 def _replay_data(
     path: str, reader: RecordingReader, chosen: list[int], notes: list[str]
 ) -> dict[str, Any]:
-    require_path(path, "The replay report")
-    found = report_file(path)
-    if found is None:
-        raise InspectError(
-            f"{path} is not a replay report: give the replay_report.json a replay "
-            "wrote, or the replay trial's log directory holding it (areal-debug ls "
-            "ROOT names each replay of a recording)."
-        )
-    data = load_report_json(found)
+    found, data = replay_report_at(path)
     if os.path.realpath(data["recording"]) != os.path.realpath(reader.path):
         note = (
             f"The replay report {found} is of the recording {data['recording']}, not "

@@ -223,15 +223,26 @@ def with_extra_env(launcher_cls, extra_env: dict[str, str]):
     return WithEnv
 
 
-def distributed_main(kind: str, argv: list[str] | None, init=None) -> int:
-    """Entry point of the Ray and Slurm wrappers: plan, then AReaL's ``<kind>_main``."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+def checked_plan(
+    kind: str, argv: list[str], resize_cluster: bool = False
+) -> LaunchPlan | None:
+    """``plan_launch``, and a replay's recording found, before any process starts;
+    None, with the one-line reason on stderr, where the run cannot start."""
     try:
-        plan = plan_launch(argv, resize_cluster=True)
+        plan = plan_launch(argv, resize_cluster=resize_cluster)
         if plan.recording is not None:
             check_recording(plan.recording)
     except (AllocationError, DebugConfigError) as e:
         print(f"areal_debug.launcher.{kind}: {e}", file=sys.stderr)
+        return None
+    return plan
+
+
+def distributed_main(kind: str, argv: list[str] | None, init=None) -> int:
+    """Entry point of the Ray and Slurm wrappers: plan, then AReaL's ``<kind>_main``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    plan = checked_plan(kind, argv, resize_cluster=True)
+    if plan is None:
         return 2
     if init is not None:
         init()

@@ -16,12 +16,10 @@ from __future__ import annotations
 import sys
 
 from areal_debug import areal_compat
-from areal_debug.config import DebugConfigError, check_recording
-from areal_debug.launcher.allocation import AllocationError
 from areal_debug.launcher.common import (
     LaunchPlan,
+    checked_plan,
     logger,
-    plan_launch,
     run_areal_launcher,
 )
 
@@ -56,14 +54,8 @@ def run_local(plan: LaunchPlan) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        plan = plan_launch(argv)
-        if plan.recording is not None:
-            check_recording(plan.recording)
-    except (AllocationError, DebugConfigError) as e:
-        print(f"areal_debug.launcher.local: {e}", file=sys.stderr)
-        return 2
-    return run_local(plan)
+    plan = checked_plan("local", argv)
+    return 2 if plan is None else run_local(plan)
 
 
 if __name__ == "__main__":
