@@ -1,13 +1,17 @@
 # areal-debug: set-up, tests and the demo on a CPU machine.
 #   make setup   create .venv with torch (CPU), areal 1.0.4 and this package (idempotent)
 #   make setup AREAL=2.0.0 VENV=.venv-a2   the same with AReaL 2.0.0, at .venv-a2
-#   make test    set up if needed, then run the whole test suite (no system installs)
+#   make test    set up if needed, then run the test suite (no system installs), all
+#                but the lifecycle tests (marker lifecycle: signals, kills, crashes and
+#                a full disk ending AReaL runs, a minute or more each)
+#   make test-lifecycle  those lifecycle tests (.ci/run and make reliability run them)
 #   make test-leg AREAL=2.0.0 VENV=.venv-a2   the tests every supported AReaL runs
 #                (marker each_areal): contract, SPMD and single-controller
 #                dump/replay, that release's own example scripts
 #   make demo    set up if needed, then record and replay a real GRPO run on CPU
 #   make lint    ruff over the package, tests and benchmarks; the import layers
-#   make reliability  the whole reliability suite (crashes, hostile files, ...) and its table
+#   make reliability  the lifecycle tests, then the whole reliability suite (crashes,
+#                hostile files, ...) and its table
 PYTHON ?= python3
 # The AReaL release to install (by name, from whatever index or --find-links
 # folder pip is given) and the venv to install it in.
@@ -19,7 +23,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.setup-done-areal-$(AREAL)
 
-.PHONY: setup test test-leg demo lint bench reliability clean
+.PHONY: setup test test-lifecycle test-leg demo lint bench reliability clean
 
 setup: $(STAMP)
 
@@ -40,10 +44,17 @@ $(STAMP): pyproject.toml requirements/cpu.txt requirements/constraints-cpu.txt $
 # The tests never install anything on the system: those that need mkfs.xfs and
 # root (tests/test_reflinks.py) or a headless chromium (tests/test_html_report.py)
 # say so when skipped (and fail where CI=true); .ci/run installs xfsprogs and chromium.
-PYTEST := OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=15
+# Three workers on two cores: every AReaL process spends ~12 s of CPU importing
+# torch, transformers and AReaL, and a third worker runs while another waits for
+# its processes to start (the whole suite on this host: 21:05 with three workers,
+# 22:16 with two in the CI pre-check before).
+PYTEST := OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 3 --dist loadgroup --no-loadscope-reorder --durations=15
 
 test: setup
-	$(PYTEST) tests
+	$(PYTEST) -m "not lifecycle" tests
+
+test-lifecycle: setup
+	$(PYTEST) -m lifecycle tests
 
 # One leg per supported AReaL: `make test-leg AREAL=2.0.0 VENV=.venv-a2`.
 test-leg: setup
@@ -66,7 +77,7 @@ bench: setup
 	OMP_NUM_THREADS=1 $(PY) benchmarks/html_report.py
 	d=$$(mktemp -d) && OMP_NUM_THREADS=1 $(PY) benchmarks/replay_wait.py --workdir $$d && OMP_NUM_THREADS=1 $(PY) benchmarks/stage_digest_cost.py --workdir $$d --reuse; s=$$?; rm -rf $$d; exit $$s
 
-reliability: setup
+reliability: test-lifecycle
 	OMP_NUM_THREADS=1 $(PY) -m reliability.run
 
 clean:

@@ -64,6 +64,100 @@ def installed_areal_version() -> str:
         return getattr(areal, "__version__", "0")
 
 
+def installed_areal_build() -> dict[str, str]:
+    """Which AReaL is installed, beyond its version: AReaL main and tag v2.0.0
+    both say 2.0.0. ``version``; ``commit`` where the installation says which
+    (pip's direct_url.json, PEP 610, for ``pip install git+...``; the git
+    checkout of an editable install); ``files``, a digest of the installed
+    files' hashes as the wheel's RECORD lists them, which tells two builds of
+    one version apart wherever AReaL came from a wheel."""
+    import hashlib
+    import json
+    from importlib.metadata import distribution
+
+    build = {"version": installed_areal_version()}
+    try:
+        dist = distribution("areal")
+    except PackageNotFoundError:
+        return build
+    origin = json.loads(dist.read_text("direct_url.json") or "{}")
+    commit = (origin.get("vcs_info") or {}).get("commit_id")
+    url = origin.get("url", "")
+    if commit is None and url.startswith("file://") and origin.get("dir_info"):
+        commit = _git_head(url[len("file://") :])
+    if commit:
+        build["commit"] = commit
+    # Sources only: byte-compiled files and the metadata differ between
+    # installations of one wheel.
+    sources = sorted(
+        line
+        for line in (dist.read_text("RECORD") or "").splitlines()
+        if line.startswith("areal/") and not line.split(",")[0].endswith(".pyc")
+    )
+    if sources:
+        digest = hashlib.sha256("\n".join(sources).encode()).hexdigest()
+        build["files"] = digest[:16]
+    return build
+
+
+def _git_head(path: str) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", path, "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def describe_areal_build(build: dict[str, Any]) -> str:
+    """``2.0.0 (commit cbff54d, files 1a2b...)``: one line for people."""
+    extra = []
+    if build.get("commit"):
+        extra.append(f"commit {build['commit'][:12]}")
+    if build.get("files"):
+        extra.append(f"files {build['files']}")
+    version = build.get("version") or "?"
+    return f"{version} ({', '.join(extra)})" if extra else version
+
+
+# What a different AReaL can move in a replay: its training code, not the
+# recorded rollout batch, which is replayed as it was.
+AREAL_CHANGE_MOVES = (
+    "the stages computed by AReaL's training code can move (recomputed "
+    "log-probs, advantages, loss, gradients, weights); the rollout batches are "
+    "replayed as recorded"
+)
+
+
+def areal_build_change(
+    recorded: dict[str, Any] | None, recorded_version: str | None
+) -> str | None:
+    """How the installed AReaL differs from the one a recording was made with
+    (its manifest's ``areal_build``, else only ``areal_version``), or ``None``.
+    Builds are compared by what both say: the version, then the commit, then
+    the files' digest."""
+    current = installed_areal_build()
+    recorded = dict(recorded or {})
+    recorded.setdefault("version", recorded_version)
+    if not recorded.get("version"):
+        return None
+    differs = any(
+        recorded.get(key) and current.get(key) and recorded[key] != current[key]
+        for key in ("version", "commit", "files")
+    )
+    if not differs:
+        return None
+    return (
+        f"AReaL {describe_areal_build(current)} is installed, the recording was "
+        f"made with AReaL {describe_areal_build(recorded)}"
+    )
+
+
 def areal_release(installed: str | None = None) -> tuple[int, int]:
     """(major, minor) of the installed AReaL: which form of a differing entry applies."""
     return _parse_version(installed or installed_areal_version())[:2]
@@ -189,6 +283,44 @@ class TrainerHooks(PPOTrainer):
 
     def commit_step_stats(self, epoch: int, epoch_step: int, global_step: int):
         return super()._export_and_commit_stats(epoch, epoch_step, global_step)
+
+    # rl_trainer.py:875 (2.0.0) PPOTrainer.close begins with self.saver.finalize().
+    # AReaL main's __init__ calls close() when construction fails (rl_trainer.py:121
+    # at cbff54d), on a trainer that may have no saver yet: the AttributeError
+    # would replace the error that stopped construction, and no worker would be
+    # stopped. A half-built trainer is closed part by part instead.
+    def close(self):
+        if hasattr(self, "saver"):
+            return super().close()
+        return close_half_built(self)
+
+
+# What PPOTrainer.close() destroys, in its order (rl_trainer.py:875-896, 2.0.0).
+_CLOSED_PARTS = ("eval_rollout", "rollout", "teacher", "ref", "critic", "actor")
+
+
+def close_half_built(trainer: Any) -> None:
+    """Destroy whichever of the trainer's engines were built, then the scheduler's
+    workers; each failure is logged, none raised, since the error being handled
+    is construction's."""
+    for name in _CLOSED_PARTS:
+        part = trainer.__dict__.get(name)
+        if part is None:
+            continue
+        try:
+            part.destroy()
+        except Exception as exc:  # noqa: BLE001 - construction's error is raised
+            logger.warning(
+                f"Closing a half-built trainer: {name}.destroy() failed: {exc!r}"
+            )
+    scheduler = trainer.__dict__.get("scheduler")
+    if scheduler is not None:
+        try:
+            scheduler.delete_workers()
+        except Exception as exc:  # noqa: BLE001
+            logger.warning(
+                f"Closing a half-built trainer: scheduler.delete_workers() failed: {exc!r}"
+            )
 
 
 def export_and_commit_stats(
@@ -635,6 +767,16 @@ RAY_WORKER_SETUP_HOOK_ENV = "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"
 # AReaL's default (30 s) for worker start-up counts a worker's import of torch and
 # AReaL; on a busy machine that takes longer.
 RAY_MIN_STARTUP_TIMEOUT = 180.0
+
+
+def ray_workers_are_actors() -> bool:
+    """Whether RayScheduler runs its workers as Ray actors (1.0.4 and 2.0.0:
+    areal/infra/rpc/ray_rpc_server.py), which never run the scheduling spec's
+    ``cmd``. AReaL main (#1441) starts the same HTTP RPC worker as the local
+    scheduler, from ``cmd``, inside a launcher actor, and has no such module."""
+    import importlib.util
+
+    return importlib.util.find_spec("areal.infra.rpc.ray_rpc_server") is not None
 
 
 def is_ray_scheduler(scheduler: Any) -> bool:

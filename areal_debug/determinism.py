@@ -80,9 +80,15 @@ def configure_workers(config, report_dir: str) -> list[str]:
     applies them, reports them to ``report_dir`` and runs the same server. Ray
     workers are actors, not commands: Ray's worker set-up hook does the same.
     """
-    from areal_debug.areal_compat import RAY_WORKER_SETUP_HOOK_ENV
+    from areal_debug.areal_compat import (
+        RAY_WORKER_SETUP_HOOK_ENV,
+        ray_workers_are_actors,
+    )
 
     on_ray = getattr(getattr(config, "scheduler", None), "type", None) == "ray"
+    # Ray actors run no command; where Ray workers run the spec's cmd (AReaL
+    # main), they are given the worker module as the local scheduler's are.
+    on_ray = on_ray and ray_workers_are_actors()
     unchanged = []
     for role, spec in _role_specs(config):
         spec.env_vars = {

@@ -37,7 +37,11 @@ from support.scripts import (
     run_script,
 )
 
-from areal_debug.areal_compat import areal_release, installed_areal_version
+from areal_debug.areal_compat import (
+    areal_release,
+    installed_areal_build,
+    installed_areal_version,
+)
 from areal_debug.recording.reader import RecordingReader
 
 pytestmark = [
@@ -129,6 +133,7 @@ def test_dump_records_each_step_of_the_example(gsm8k_workdir, example, dump_log)
         recording_dir(str(gsm8k_workdir), example.experiment, "trial0")
     )
     assert reader.manifest.areal_version == installed_areal_version()
+    assert reader.manifest.areal_build == installed_areal_build()
     assert reader.available_steps() == list(range(STEPS))
     for step in range(STEPS):
         batch = reader.load_shard(step, 0)

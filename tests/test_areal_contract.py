@@ -117,6 +117,27 @@ def ppo_trainer():
     return PPOTrainer
 
 
+def delegated_source(cls, name: str) -> str:
+    """``cls.name``'s source and that of the methods it hands its work to, as
+    AReaL main does: ``__init__`` runs ``_init_impl`` (and ``close()`` when it
+    fails), ``train`` saves through ``_save_training_state``. Followed only where
+    the call is in the source, so a method that stops delegating is checked as
+    it is, and a statement that moved out of both fails."""
+    body = source(getattr(cls, name))
+    for callee in ("_init_impl", "_save_training_state"):
+        if f"self.{callee}(" in body:
+            body += source(getattr(cls, callee))
+    return body
+
+
+def construction_source() -> str:
+    return delegated_source(ppo_trainer(), "__init__")
+
+
+def train_source() -> str:
+    return delegated_source(ppo_trainer(), "train")
+
+
 # -- PPOTrainer hooks mapped by TrainerHooks (areal/trainer/rl_trainer.py) -----------
 HOOKS = {
     "_init_scheduler": ["self"],
@@ -165,9 +186,17 @@ def _():
         assert statement in body, statement
 
 
+@check("PPOTrainer.close: the parts close_half_built destroys, after the saver")
+def _():
+    body = source(ppo_trainer().close)
+    assert body.index("self.saver.finalize()") < body.index(".destroy()")
+    for name in areal_compat._CLOSED_PARTS:
+        assert f"self.{name}.destroy()" in body, name
+
+
 @check("PPOTrainer.train: the calls areal-debug hooks or patches")
 def _():
-    body = source(ppo_trainer().train)
+    body = train_source()
     for statement in (
         "self.recover_info.last_step_info.next().global_step",
         "self.actor.prepare_batch(",
@@ -184,7 +213,7 @@ def _():
 
 @check("PPOTrainer.__init__ attributes read through the adapter")
 def _():
-    body = source(ppo_trainer().__init__)
+    body = construction_source()
     for attr in (
         "self.actor_alloc",
         "self.rollout_alloc",
@@ -203,10 +232,10 @@ def _():
 
 @check("PPOTrainer.train: the teacher's log-probs per step (recorded, replayed)")
 def _():
-    body = source(ppo_trainer().train)
+    body = train_source()
     assert "teacher_logps = self.teacher.compute_logp(rollout_batch)" in body
     assert 'traj["teacher_logp"] = logp' in body
-    init = source(ppo_trainer().__init__)
+    init = construction_source()
     assert "self._init_teacher_rollout(self.config.teacher.rollout)" in init
 
 
@@ -215,7 +244,7 @@ def _():
 def _():
     from areal.engine import FSDPPPOActor, FSDPPPOCritic
 
-    body = source(ppo_trainer().train)
+    body = train_source()
     for statement in (
         "values = self.critic.compute_values(rollout_batch)",
         "ref_logps = self.ref.compute_logp(rollout_batch)",
@@ -689,12 +718,26 @@ def _():
 
     assert "startup_timeout" in params(RayScheduler.__init__)
     assert "self.startup_timeout = startup_timeout" in source(RayScheduler.__init__)
-    assert "runtime_env=RuntimeEnv(env_vars=" in source(RayScheduler).replace(" ", "")
-    assert (
-        ray_constants.WORKER_PROCESS_SETUP_HOOK_ENV_VAR
-        == areal_compat.RAY_WORKER_SETUP_HOOK_ENV
-    )
     assert RayScheduler.__name__ == "RayScheduler"
+    if areal_compat.ray_workers_are_actors():
+        # 1.0.4, 2.0.0: actors get env_vars through a runtime env, and Ray's
+        # set-up hook applies the torch settings.
+        text = source(RayScheduler).replace(" ", "")
+        assert "runtime_env=RuntimeEnv(env_vars=" in text
+        assert (
+            ray_constants.WORKER_PROCESS_SETUP_HOOK_ENV_VAR
+            == areal_compat.RAY_WORKER_SETUP_HOOK_ENV
+        )
+    else:
+        # AReaL main: a launcher actor runs the spec's cmd (defaulting to AReaL's
+        # RPC server module, which determinism.py swaps for its worker module)
+        # with the spec's env_vars, as the local scheduler does.
+        from areal.infra.scheduler import ray as ray_scheduler
+
+        text = source(ray_scheduler)
+        assert 'cmd = "python -m areal.infra.rpc.rpc_server"' in text
+        assert "cmd=worker_spec.cmd" in text
+        assert "env.update(self.env_vars)" in text
 
 
 # -- allocation strings and launchers ---------------------------------------------------
@@ -715,7 +758,7 @@ def _():
     from areal.infra.launcher import local
     from areal.trainer.rl_trainer import PPOTrainer
 
-    init = source(PPOTrainer.__init__)
+    init = construction_source()
     for key in areal_compat.TRAIN_ENGINE_KEYS:
         assert f"config.{key}.backend" in init, key
     # Every engine PPOTrainer parses a backend of is one areal-debug sets (the
@@ -897,3 +940,61 @@ def test_workers_get_an_importable_config_class():
     scheduler.exp_config = config
     assert areal_compat.send_importable_config(scheduler, config) is GRPOConfig
     assert type(scheduler.exp_config) is GRPOConfig and scheduler.exp_config.seed == 7
+
+
+def test_a_half_built_trainer_closes_what_it_built():
+    """AReaL main calls close() when construction fails; a trainer without a
+    saver yet destroys the engines it has and the scheduler's workers, and an
+    engine that fails to close does not stop the others."""
+    from unittest import mock
+
+    trainer = object.__new__(areal_compat.TrainerHooks)
+    trainer.actor = mock.Mock()
+    trainer.rollout = mock.Mock()
+    trainer.rollout.destroy.side_effect = RuntimeError("already gone")
+    trainer.scheduler = mock.Mock()
+    trainer.close()
+    trainer.rollout.destroy.assert_called_once()
+    trainer.actor.destroy.assert_called_once()
+    trainer.scheduler.delete_workers.assert_called_once()
+
+
+def test_a_recording_tells_areal_builds_of_one_version_apart(monkeypatch):
+    """AReaL main and tag v2.0.0 both say 2.0.0: the build is told by its
+    installed files (and its commit where pip recorded one)."""
+    build = areal_compat.installed_areal_build()
+    assert build["version"] == areal_compat.installed_areal_version()
+    assert re.fullmatch(r"[0-9a-f]{16}", build["files"]), build
+    assert areal_compat.areal_build_change(build, build["version"]) is None
+    other = {**build, "files": "0" * 16}
+    change = areal_compat.areal_build_change(other, build["version"])
+    assert f"files {build['files']}) is installed" in change
+    assert "made with AReaL " + build["version"] + " (files " + "0" * 16 in change
+    # A recording of an earlier areal-debug names only the version.
+    assert areal_compat.areal_build_change({}, build["version"]) is None
+    assert "made with AReaL 9.9.9" in areal_compat.areal_build_change({}, "9.9.9")
+
+
+def test_the_commit_pip_recorded_names_the_build(monkeypatch):
+    import importlib.metadata
+    import json
+
+    real = importlib.metadata.distribution("areal")
+
+    class FromGit:
+        version = real.version
+
+        def read_text(self, name):
+            if name == "direct_url.json":
+                return json.dumps(
+                    {
+                        "url": "https://github.com/areal-project/AReaL",
+                        "vcs_info": {"vcs": "git", "commit_id": "cbff54d645d2cd8e"},
+                    }
+                )
+            return real.read_text(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: FromGit())
+    build = areal_compat.installed_areal_build()
+    assert build["commit"] == "cbff54d645d2cd8e"
+    assert "commit cbff54d645d2" in areal_compat.describe_areal_build(build)

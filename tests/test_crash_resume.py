@@ -29,7 +29,7 @@ from areal_debug.recording.reader import RecordingReader
 
 # A killed run and its resumption are the subject: Python's own garbage
 # collector, as in production (tests/site/sitecustomize.py does not apply).
-pytestmark = pytest.mark.production_gc
+pytestmark = [pytest.mark.production_gc, pytest.mark.lifecycle]
 
 STEPS = 5
 DUMP = [

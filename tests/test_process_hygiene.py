@@ -23,7 +23,7 @@ from support.waiting import wait_until
 
 # How processes end is the subject: Python's own garbage collector, as in
 # production (tests/site/sitecustomize.py does not apply).
-pytestmark = pytest.mark.production_gc
+pytestmark = [pytest.mark.production_gc, pytest.mark.lifecycle]
 
 
 def run_processes(workdir: str) -> list[psutil.Process]:

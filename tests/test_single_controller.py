@@ -178,6 +178,7 @@ def test_spmd_recording_replays_in_single_controller_mode(workdir, spmd_d1):
     assert_no_workers_left(workdir)
 
 
+@pytest.mark.lifecycle
 @pytest.mark.production_gc
 def test_failing_replay_exits_nonzero_and_leaves_no_worker(sc_d2):
     # A changed learning rate diverges at step 0; fail_on_divergence stops the run.
@@ -221,6 +222,7 @@ def interrupt(workdir, name, mode_overrides, server_addr, wait_for, send) -> int
         end_session(proc)
 
 
+@pytest.mark.lifecycle
 @pytest.mark.production_gc
 def test_ctrl_c_to_the_controller_alone_during_a_dump_leaves_no_worker(
     sc_workdir, cpu_server
@@ -246,6 +248,7 @@ def test_ctrl_c_to_the_controller_alone_during_a_dump_leaves_no_worker(
     assert "KeyboardInterrupt" in log
 
 
+@pytest.mark.lifecycle
 @pytest.mark.production_gc
 def test_sigterm_to_the_controller_leaves_no_worker(sc_d2):
     # A job system's kill reaches the controller alone; its worker must follow
@@ -266,6 +269,7 @@ def test_sigterm_to_the_controller_leaves_no_worker(sc_d2):
     assert rc == 128 + signal.SIGTERM
 
 
+@pytest.mark.lifecycle
 def test_dump_without_sglang_or_a_server_says_what_to_do(sc_workdir):
     # No AREAL_LLM_SERVER_ADDRS: AReaL would launch SGLang, which is not installed.
     run = run_example(

@@ -192,6 +192,7 @@ def test_in_a_read_only_directory_the_marker_stays_in_its_reservation(
 
 
 @pytest.mark.areal
+@pytest.mark.lifecycle
 def test_a_full_disk_mid_run_leaves_areal_training_to_the_end(workdir, tmp_path):
     """AReaL's trainer under torchrun (fake inference engine) dumping 6 steps to a
     160 KiB filesystem: the disk fills part way (each step takes ~50 KiB there:

@@ -108,6 +108,8 @@ class ReplayReport:
     atol: float
     topology: TopologyChange
     steps: list[StepComparison] = field(default_factory=list)
+    # How the replaying AReaL differs from the recording's (None: the same).
+    areal_change: str | None = None
 
     def first_divergence(self) -> dict[str, Any] | None:
         """The step and metric (largest relative difference) that diverged first."""
@@ -144,6 +146,7 @@ class ReplayReport:
                 "first_divergence": self.first_divergence(),
             },
             "first_divergence": self.first_stage_divergence(),
+            "areal_change": self.areal_change,
             "steps": [e.to_json() for e in steps],
         }
 
@@ -155,4 +158,5 @@ class ReplayReport:
             atol=float(data["tolerance"]["atol"]),
             topology=TopologyChange.from_json(data["topology"]),
             steps=[StepComparison.from_json(e) for e in data.get("steps", [])],
+            areal_change=data.get("areal_change"),
         )

@@ -204,8 +204,18 @@ def config_differences(recorded: dict, current: dict) -> list[Finding]:
 def _versions(reader: RecordingReader) -> list[Finding]:
     m = reader.manifest
     out = []
+    areal_change = areal_compat.areal_build_change(m.areal_build, m.areal_version)
+    if areal_change is not None:
+        out.append(
+            Finding(
+                WARNING,
+                areal_change,
+                f"{areal_compat.AREAL_CHANGE_MOVES}, so a replay may not be bitwise",
+                "install the AReaL the recording names to reproduce exactly "
+                "(expected only if comparing AReaL builds is what you test)",
+            )
+        )
     for name, recorded, current, severity in (
-        ("AReaL", m.areal_version, package_version("areal"), WARNING),
         ("torch", m.torch_version, torch.__version__, WARNING),
         ("areal-debug", m.areal_debug_version, package_version("areal-debug"), INFO),
     ):

@@ -114,6 +114,7 @@ class DumpMode(ActiveMode):
             format_version=FORMAT_VERSION,
             areal_debug_version=pkg_version("areal-debug"),
             areal_version=pkg_version("areal"),
+            areal_build=areal_compat.installed_areal_build(),
             torch_version=torch.__version__,
             python_version=platform.python_version(),
             created=datetime.datetime.now(datetime.UTC).isoformat(),

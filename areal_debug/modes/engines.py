@@ -137,10 +137,15 @@ class ReplayEngine:
     def pause_generation(self) -> None:
         pass
 
+    # AReaL main's colocated weight transfer (weight_update_mode awex) pauses
+    # generation synchronously and offloads the KV cache and weights by tag.
+    def pause_generation_sync(self, *args, **kwargs) -> None:
+        pass
+
     def continue_generation(self) -> None:
         pass
 
-    def offload(self) -> None:
+    def offload(self, *args, **kwargs) -> None:
         pass
 
     def onload(self, *args, **kwargs) -> None:
@@ -218,7 +223,7 @@ class ReplayTeacher:
     def destroy(self) -> None:
         pass
 
-    def offload(self) -> None:
+    def offload(self, *args, **kwargs) -> None:
         pass
 
     def onload(self, *args, **kwargs) -> None:

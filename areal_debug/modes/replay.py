@@ -161,10 +161,16 @@ class ReplayMode(ActiveMode):
                 "Determinism settings differ from the dump run's, so the replay may "
                 "not be bitwise: " + "; ".join(changed)
             )
+        areal_change = areal_compat.areal_build_change(
+            manifest.areal_build, manifest.areal_version
+        )
+        if areal_change is not None and self.topology.is_coordinator():
+            logger.warning(f"{areal_change}: {areal_compat.AREAL_CHANGE_MOVES}.")
         report = os.path.join(areal_compat.stats_log_dir(self.trainer), REPORT_NAME)
         self.comparison = ReplayComparison(
             self.reader, self.debug, topology, report, self._recorded_stages
         )
+        self.comparison.report.areal_change = areal_change
 
     # -- each step -----------------------------------------------------------------
     def on_batch_ready(self, step: int) -> None:

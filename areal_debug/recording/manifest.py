@@ -91,6 +91,9 @@ class Manifest:
     created: str = ""
     areal_debug_version: str | None = None
     areal_version: str | None = None
+    # Which AReaL beyond its version (areal_compat.installed_areal_build):
+    # version, commit where known, a digest of its installed files.
+    areal_build: dict[str, Any] = field(default_factory=dict)
     torch_version: str | None = None
     python_version: str | None = None
     determinism: dict[str, Any] = field(default_factory=dict)
@@ -103,6 +106,8 @@ class Manifest:
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["layout"] = self.layout.to_json()
+        if not out["areal_build"]:  # recordings of earlier releases have none
+            del out["areal_build"]
         return {k: v for k, v in out.items() if v is not None}
 
     @classmethod
@@ -118,6 +123,7 @@ class Manifest:
             created=_typed(data, "created", str, False, ""),
             areal_debug_version=_typed(data, "areal_debug_version", str, False),
             areal_version=_typed(data, "areal_version", str, False),
+            areal_build=_typed(data, "areal_build", dict, False, {}) or {},
             torch_version=_typed(data, "torch_version", str, False),
             python_version=_typed(data, "python_version", str, False),
             determinism=_typed(data, "determinism", dict, False, {}) or {},

@@ -78,7 +78,10 @@ class FakeRolloutEngine:
         should_accept_fn=None,
         group_size=1,
         dynamic_bs=False,
+        **kwargs,
     ):
+        # AReaL main also passes reward_normalization= and drop_incomplete_group=
+        # (#1516); the fake engine's rewards are raw, as with normalisation off.
         if self._data is None:
             self._data = cycle_dataloader(dataloader)
         batch = []
