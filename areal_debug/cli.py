@@ -149,7 +149,8 @@ def _emit(args, data, renderable=None) -> None:
     from rich.console import Console
 
     # At a terminal rich fits its width; piped, 120 columns keep tables readable.
-    Console(width=None if sys.stdout.isatty() else 120).print(renderable)
+    # Not cropped: a line rendered wider (a path, never folded) stays whole.
+    Console(width=None if sys.stdout.isatty() else 120).print(renderable, crop=False)
 
 
 @contextlib.contextmanager
@@ -462,6 +463,7 @@ The generated test says which in its docstring.""",
   areal-debug doctor REC -- torchrun --nproc-per-node 2 train.py --config my.yaml \\
       debug.replay_rollout_data=true actor.optimizer.lr=1e-5
   areal-debug doctor REC -- my.yaml
+  areal-debug doctor REC -- bash areal-debug-demo/run_replay.sh actor.optimizer.lr=1e-5
 
 Checks: training config differences from the recording (model, sequence lengths,
 sampling, optimizer, batch and group sizes, reward normalisation), missing or

@@ -21,16 +21,13 @@ from areal_debug.recording.format import (
     DEFAULT_ZSTD_LEVEL,
     DEFAULT_ZSTD_THREADS,
     MANIFEST,
+    RECORDING_DIRNAME,
     ZSTD_LEVELS,
     Codec,
 )
 from areal_debug.recording.retention import parse_steps
 from areal_debug.stages.names import TOKEN_STAGES
 
-# Directory name of a recording under <fileroot>/<experiment>/<trial>/. Chosen so
-# it cannot be mistaken for AReaL's own `rollout.dump_to_file` JSONL output,
-# which lives under <log dir>/rollout/<version>/.
-RECORDING_DIRNAME = "areal_debug_recording"
 REPLAY_TRIAL_SUFFIX = "_replay"
 
 logger = get_logger("DebugConfig")

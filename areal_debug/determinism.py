@@ -35,12 +35,24 @@ def current_settings() -> dict[str, Any]:
     return settings
 
 
-def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """'key: recorded X, replay Y' for each setting that differs."""
+# Settings only GPU kernels read (cuBLAS, NCCL, Transformer Engine, cuDNN): where
+# the replay has no GPU they cannot change a result, so a difference in them is
+# not worth a warning there (every CPU replay of a launcher's dump had one).
+GPU_ONLY = frozenset({*DETERMINISM_ENV, "cudnn_deterministic", "cudnn_benchmark"})
+
+
+def differences(
+    recorded: dict[str, Any], current: dict[str, Any], on_gpu: bool | None = None
+) -> list[str]:
+    """'key: recorded X, replay Y' for each setting that differs and can matter:
+    on a machine without a GPU (``on_gpu`` defaults to whether this process has
+    one), the GPU-only settings are left out."""
+    if on_gpu is None:
+        on_gpu = torch.cuda.is_available()
     return [
         f"{k}: recorded {recorded.get(k)!r}, replay {current.get(k)!r}"
         for k in sorted(set(recorded) | set(current))
-        if recorded.get(k) != current.get(k)
+        if recorded.get(k) != current.get(k) and (on_gpu or k not in GPU_ONLY)
     ]
 
 

@@ -772,6 +772,18 @@ def _():
     assert "nprocs = alloc_mode.train.world_size" in main
 
 
+@check(
+    "local_main, ray_main, slurm_main re-run an ended job only while recover.mode is on or auto"
+)
+def _():
+    # launcher.common._run_replay_once sets the launcher's recover.mode to disabled.
+    for kind in ("local", "ray", "slurm"):
+        module = importlib.import_module(f"areal.infra.launcher.{kind}")
+        text = source(getattr(module, f"{kind}_main")).replace(" ", "")
+        assert "run_id<config.recover.retries" in text, kind
+        assert 'config.recover.modein("on","auto")' in text, kind
+
+
 @check("ModelAllocation.from_str + parallelism_eq (same_model_allocation)")
 def _():
     same = areal_compat.same_model_allocation

@@ -194,6 +194,25 @@ def test_ls_finds_every_recording_under_a_root(tmp_path, capsys):
     assert y["steps"] == [0] and y["incomplete"] == [1] and y["replays"] == []
 
 
+def test_ls_prints_each_path_whole_on_a_narrow_terminal(tmp_path):
+    from rich.console import Console
+
+    from areal_debug.inspect import render
+    from areal_debug.inspect.listing import list_recordings
+
+    deep = (
+        tmp_path / ("long-experiment-name-" * 3) / "trial_0" / "areal_debug_recording"
+    )
+    record(str(deep), {0: [[traj(0)]]})
+    console = Console(width=60, record=True)
+    # As the CLI prints (cli._emit): not cropped.
+    console.print(render.listing(list_recordings(str(tmp_path))), crop=False)
+    out = console.export_text()
+    # Whole, on one line, where a copy takes it from; the table names it [1].
+    assert f"[1] {deep}" in out.splitlines()
+    assert "[1]" in out.split(f"[1] {deep}")[0]
+
+
 def test_show_without_stats_and_without_decoding(tmp_path, capsys):
     record(str(tmp_path), {0: [[traj(0, group=3, length=6)]]})
     rc, view = run_json(capsys, "show", str(tmp_path), "--step", "0")
@@ -471,3 +490,35 @@ def test_doctor_ends_a_replay_where_its_training_loop_does(tmp_path):
     assert finding.severity == doctor.ERROR
     assert "ends at step 2 (total_train_epochs=1 of 3 recorded steps)" in finding.what
     assert finding.fix == "set total_train_epochs=2 or more"
+
+
+def test_doctor_reads_the_command_of_the_demos_run_replay_sh(tmp_path, monkeypatch):
+    """The demo's run_replay.sh (written by the demo's own code), given to doctor
+    as `bash run_replay.sh ARGS`: its exec line, the arguments in place of "$@",
+    and the variables its env sets while the YAML is read."""
+    from areal_debug.inspect import doctor
+    from areal_debug.inspect.common import InspectError
+    from areal_debug.tooling.demo import write_replay_script
+
+    workdir = tmp_path / "my demo"
+    workdir.mkdir()
+    script = write_replay_script(workdir, 1, 3)
+    command, env = doctor.script_command(
+        ["bash", str(script), "actor.optimizer.lr=1e-5"]
+    )
+    assert env["AREAL_DEBUG_WORKDIR"] == str(workdir)
+    assert "AREAL_SPMD_MODE" not in env  # env -u: unset, not set
+    assert command[-2:] == ["debug.replay_rollout_data=true", "actor.optimizer.lr=1e-5"]
+    assert "--config" in command and "$@" not in command
+    # The YAML reads the workdir from the variable: the run's paths, not the default.
+    monkeypatch.delenv("AREAL_DEBUG_WORKDIR", raising=False)
+    with doctor.environment(env):
+        config = doctor.load_command_config(command)
+    assert config.actor.path == f"{workdir}/model"
+    assert config.actor.optimizer.lr == 1e-5
+    assert "AREAL_DEBUG_WORKDIR" not in os.environ
+    # A script without an exec line is refused, saying what doctor reads.
+    plain = tmp_path / "x.sh"
+    plain.write_text("python train.py\n")
+    with pytest.raises(InspectError, match="has no exec line"):
+        doctor.script_command([str(plain)])

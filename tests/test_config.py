@@ -219,3 +219,26 @@ def test_the_mixin_form_in_the_users_module(yaml_without_debug):
     # A config with no section at all reads as debug off.
     plain, _ = areal_load_expr_config(["--config", yaml_without_debug], GRPOConfig)
     assert not debug_config_of(plain).enabled
+
+
+def test_determinism_differences_that_cannot_matter_on_a_cpu_are_not_reported():
+    from areal_debug.determinism import differences
+
+    recorded = {
+        "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
+        "cudnn_benchmark": False,
+        "torch_deterministic_algorithms": True,
+    }
+    replay = {
+        "CUBLAS_WORKSPACE_CONFIG": None,
+        "cudnn_benchmark": True,
+        "torch_deterministic_algorithms": False,
+    }
+    assert differences(recorded, replay, on_gpu=False) == [
+        "torch_deterministic_algorithms: recorded True, replay False"
+    ]
+    assert differences(recorded, replay, on_gpu=True) == [
+        "CUBLAS_WORKSPACE_CONFIG: recorded ':4096:8', replay None",
+        "cudnn_benchmark: recorded False, replay True",
+        "torch_deterministic_algorithms: recorded True, replay False",
+    ]

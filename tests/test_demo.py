@@ -35,6 +35,11 @@ def assert_demo_output(out: str, steps: int, wd) -> None:
     assert out.count("areal_debug/mismatch/abs_diff/avg") == steps
     # The replay was the run_replay.sh the user re-runs.
     assert f"[3/4] bash {wd}/run_replay.sh" in out
+    # It ends naming the replay's report and the commands to look inside.
+    (report,) = (wd / "root" / "logs").rglob("trial0_replay/replay_report.json")
+    assert f"report:    {report}" in out
+    recording = wd / "root" / "tinydemo" / "trial0" / "areal_debug_recording"
+    assert f"next:      areal-debug report {recording} -o {wd}/report.html" in out
     assert server_processes(wd) == []
     # The recording was made by AReaL's real SGLang client against the server.
     assert "Loaded weights from" in (wd / "server.log").read_text()

@@ -10,6 +10,7 @@ report, edited, stands for a divergent replay); none starts a process of its own
 """
 
 import json
+import math
 import os
 import re
 
@@ -257,6 +258,43 @@ def test_the_page_in_a_browser_small_recording(tmp_path):
         assert len(colours) == 5 and "rgba(0, 0, 0, 0)" not in colours
         # Three sources to colour by: generation, recomputed and reference log-probs.
         assert page.locator("#traj select option").count() == 3
+        # The label follows the switch; the legend runs from 0 nats (green) on the
+        # left to -6 (red); tokens stand apart.
+        assert page.inner_text("#coloured-by") == "recorded log-prob (generation)"
+        page.select_option("#traj select", "stage_logp")
+        assert page.inner_text("#coloured-by").startswith("recomputed log-prob")
+        assert coloured_tokens(page) != colours
+        gradient = page.eval_on_selector(
+            ".scale", "e => getComputedStyle(e).backgroundImage"
+        )
+        assert gradient.startswith("linear-gradient(to right, rgb(200, 240, 200)")
+        assert (
+            page.eval_on_selector(
+                "#tokens .tok", "e => getComputedStyle(e).marginRight"
+            )
+            == "2px"
+        )
+        # Round ticks: one step of 1, 2 or 5 times a power of ten between them.
+        charts = page.eval_on_selector_all(
+            ".chart",
+            "cs => cs.map(c => [...c.querySelectorAll('.ytick')].map(t => t.textContent))",
+        )
+        assert len(charts) == 7
+        for labels in charts:
+            ticks = [float(t) for t in labels]
+            gaps = {round(b - a, 12) for a, b in zip(ticks, ticks[1:])}
+            assert len(ticks) >= 3 and len(gaps) == 1, ticks
+            (gap,) = gaps
+            mantissa = gap / 10 ** math.floor(math.log10(gap) + 1e-9)
+            assert round(mantissa, 6) in (1, 2, 5), ticks
+        # Each click is a link a colleague can open: the same step and trajectory.
+        shown = page.inner_text("#traj h2")
+        hash_ = page.evaluate("location.hash")
+        assert re.fullmatch(r"#step=3&traj=\d+", hash_), hash_
+        page.goto(page.url.split("#")[0] + hash_)
+        page.reload()
+        assert page.inner_text("#traj h2") == shown
+        assert page.locator(".stepbtn.sel").inner_text() == "step 3"
 
 
 @pytest.mark.areal

@@ -70,6 +70,17 @@ def argv(*overrides):
     return [FAKE_SCRIPT, "--config", FAKE_CONFIG, *overrides]
 
 
+def test_a_replay_with_recover_on_is_launched_once():
+    # AReaL's launchers re-run an ended job while recover is on (up to
+    # recover.retries more times): the launcher's config says disabled.
+    replay = plan_launch(argv("debug.replay_rollout_data=true", "recover.mode=on"))
+    assert replay.config.recover.mode == "disabled"
+    assert any("recover.mode=on is not passed" in n for n in replay.notes)
+    assert "recover.mode=on" in replay.argv  # the trainers' own line is unchanged
+    dump = plan_launch(argv("debug.dump_rollout_data=true", "recover.mode=on"))
+    assert dump.config.recover.mode == "on"
+
+
 def test_replay_plan_rewrites_allocation_for_the_trainers_too():
     plan = plan_launch(
         argv("debug.replay_rollout_data=true", "allocation_mode=sglang:d2+fsdp:d2")

@@ -225,8 +225,17 @@ def test_unsupported_format_version(tmp_path):
 def test_wrong_path_and_non_recording(tmp_path):
     with pytest.raises(RecordingError, match="directory does not exist"):
         RecordingReader(str(tmp_path / "nope"))
-    with pytest.raises(RecordingError, match="has no manifest.json"):
+    with pytest.raises(RecordingError, match="has no manifest.json") as e:
         RecordingReader(str(tmp_path))
+    assert "areal-debug ls FILEROOT" in str(e.value)
+    # A trial directory, one level above its recording: the message names it.
+    write_manifest(str(tmp_path / "areal_debug_recording"), manifest(trial="t0"))
+    with pytest.raises(RecordingError) as e:
+        RecordingReader(str(tmp_path))
+    assert str(e.value).startswith(
+        f"{tmp_path} is not a recording (it has no manifest.json), but it holds one: "
+        f"{tmp_path / 'areal_debug_recording'}. Give that directory instead"
+    )
 
 
 def test_unstorable_value_is_refused_at_dump_time():

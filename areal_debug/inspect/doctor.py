@@ -9,8 +9,10 @@ directory and reconfigures name resolution): a pre-flight writes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import re
 import shlex
 import shutil
 from dataclasses import dataclass
@@ -98,6 +100,63 @@ class DoctorReport:
 
 
 # -- parsing the command -------------------------------------------------------------
+SHELLS = ("bash", "sh")
+
+
+def script_command(command: list[str]) -> tuple[list[str], dict[str, str]]:
+    """A shell script given as the command (``bash run_replay.sh ARGS``, or
+    ``run_replay.sh ARGS``), as the demo writes it: the command of its ``exec``
+    line, the script's arguments in place of ``"$@"``, and the variables it sets
+    with ``env`` (the demo's YAML reads AREAL_DEBUG_WORKDIR). Any other command
+    comes back as it is, with no variables."""
+    if command and os.path.basename(command[0]) in SHELLS and len(command) > 1:
+        script, args = command[1], command[2:]
+    elif command and command[0].endswith(".sh"):
+        script, args = command[0], command[1:]
+    else:
+        return command, {}
+    try:
+        with open(script, encoding="utf-8", errors="surrogateescape") as f:
+            lines = [line.strip() for line in f]
+    except OSError as e:
+        raise InspectError(f"Cannot read the script {script}: {e.strerror}") from e
+    execs = [line for line in lines if line.startswith("exec ")]
+    if not execs:
+        raise InspectError(
+            f"{script} has no exec line, which doctor reads a script's command "
+            "from (as in the demo's run_replay.sh); give the command itself after --."
+        )
+    words = shlex.split(execs[-1])[1:]
+    env: dict[str, str] = {}
+    if words and words[0] == "env":
+        words = words[1:]
+        while words and (words[0] == "-u" or re.match(r"[A-Za-z_]\w*=", words[0])):
+            if words[0] == "-u":
+                words = words[2:]
+                continue
+            name, _, value = words.pop(0).partition("=")
+            env[name] = value
+    out: list[str] = []
+    for word in words:
+        out.extend(args if word == "$@" else [word])
+    return out, env
+
+
+@contextlib.contextmanager
+def environment(env: dict[str, str]):
+    """``os.environ`` with ``env`` set while the command's config is composed."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def config_argv(command: list[str]) -> list[str]:
     """The ``--config X k=v ...`` part of a launcher / torchrun / python command line."""
     if not command:
@@ -576,7 +635,9 @@ def _range(
 def doctor(path: str, command: list[str]) -> DoctorReport:
     """Every finding about running ``command`` against the recording at ``path``."""
     reader = RecordingReader(path)
-    config = load_command_config(command)
+    run, env = script_command(command)
+    with environment(env):
+        config = load_command_config(run)
     debug = config.debug
     kind = "replay" if debug.replay_rollout_data else "resume"
     findings: list[Finding] = []

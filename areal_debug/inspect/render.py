@@ -60,10 +60,16 @@ def listing(summaries: list[RecordingSummary]) -> Group:
     table = Table(title="Recordings", show_lines=True)
     for col in ("run", "mode", "steps", "pinned", "ckpts", "size", "fmt", "replays"):
         table.add_column(col, overflow="fold")
-    for s in summaries:
+    # Paths go below the table, one a line and never folded (a folded path breaks
+    # mid-word and cannot be copied); each row names its path's number.
+    paths = Text()
+    for number, s in enumerate(summaries, 1):
+        paths.append(f"[{number}] ", style="dim")
+        paths.append(f"{s.path}\n")
+    for number, s in enumerate(summaries, 1):
         if s.error:
             table.add_row(
-                s.path, "?", "", "", "", human_bytes(s.size_bytes), "?", s.error
+                f"[{number}]", "?", "", "", "", human_bytes(s.size_bytes), "?", s.error
             )
             continue
         steps = format_ranges(s.steps)
@@ -73,7 +79,7 @@ def listing(summaries: list[RecordingSummary]) -> Group:
             steps += f"\nstopped at {stop.get('step')} (shard {stop.get('shard')})"
         replays = "\n".join(f"{r.trial}: {r.verdict}" for r in s.replays) or "none"
         table.add_row(
-            f"{s.experiment}/{s.trial}\n[dim]{s.path}[/dim]",
+            f"{s.experiment}/{s.trial}\n[dim]\\[{number}][/dim]",
             s.mode,
             steps,
             format_ranges(s.pinned) if s.pinned else "-",
@@ -82,7 +88,10 @@ def listing(summaries: list[RecordingSummary]) -> Group:
             f"v{s.format_version}",
             replays,
         )
-    return Group(table)
+    paths.no_wrap = True
+    paths.overflow = "ignore"
+    paths.rstrip()
+    return Group(table, paths)
 
 
 def show(view: StepView, full: bool) -> Group:

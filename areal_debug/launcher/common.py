@@ -112,7 +112,25 @@ def plan_launch(argv: list[str], resize_cluster: bool = False) -> LaunchPlan:
     cfg.trial_name = _select(cfg, "debug.replay_trial_name") or (
         str(cfg.trial_name) + REPLAY_TRIAL_SUFFIX
     )
+    _run_replay_once(cfg, plan)
     return plan
+
+
+def _run_replay_once(cfg: DictConfig, plan: LaunchPlan) -> None:
+    """AReaL's launchers re-run a job that ended, finished or not, while
+    recover.mode is on or auto (local_main, ray_main, slurm_main: up to
+    recover.retries more times): a replay would start again at its first step
+    and rewrite its report each time. The launcher's own copy of the config
+    says disabled; the trainers' command lines are unchanged (a replay reads
+    recover.mode as disabled itself)."""
+    mode = str(_select(cfg, "recover.mode", "disabled") or "disabled")
+    if mode not in ("on", "auto"):
+        return
+    OmegaConf.update(cfg, "recover.mode", "disabled")
+    plan.notes.append(
+        f"Replay: recover.mode={mode} is not passed to AReaL's launcher, which "
+        "would run the replay again after it ends; it runs once."
+    )
 
 
 def _agree_backends(cfg: DictConfig, plan: LaunchPlan, alloc: str) -> str:

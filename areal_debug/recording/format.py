@@ -63,6 +63,10 @@ DEFAULT_ZSTD_LEVEL = 1
 # ~1.2x faster on 2 cores, the Python loop beside it no slower.
 DEFAULT_ZSTD_THREADS = 2
 MANIFEST = "manifest.json"
+# Directory name of a recording under <fileroot>/<experiment>/<trial>/. Chosen so
+# it cannot be mistaken for AReaL's own `rollout.dump_to_file` JSONL output,
+# which lives under <log dir>/rollout/<version>/.
+RECORDING_DIRNAME = "areal_debug_recording"
 STEP_META = "step.json"
 STATS = "stats.json"
 RNG = "rng.pt"

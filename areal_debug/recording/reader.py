@@ -13,6 +13,7 @@ from areal_debug.recording.atomic import open_regular, read_json
 from areal_debug.recording.codecs import decode_payload, sha256_bytes
 from areal_debug.recording.format import (
     MANIFEST,
+    RECORDING_DIRNAME,
     RNG,
     STAGE_TENSORS,
     STAGES_FILE,
@@ -64,6 +65,24 @@ def format_ranges(steps: Iterable[int]) -> str:
     return ", ".join(parts)
 
 
+def not_a_recording(path: str) -> str:
+    """Why ``path`` (a directory without a manifest) is no recording, and where
+    one is: said for a replay's ``debug.path`` and a command's argument alike."""
+    below = os.path.join(path, RECORDING_DIRNAME)
+    if os.path.isfile(os.path.join(below, MANIFEST)):
+        return (
+            f"{path} is not a recording (it has no {MANIFEST}), but it holds one: "
+            f"{below}. Give that directory instead (as debug.path, or to the "
+            "areal-debug command)."
+        )
+    return (
+        f"{path} is not a recording: it has no {MANIFEST}. Give the directory a "
+        "dump run (debug.dump_rollout_data=true) wrote, as debug.path or to the "
+        "areal-debug command (`areal-debug ls FILEROOT` lists them under a "
+        "fileroot); if that run was killed before its first step, record again."
+    )
+
+
 class RecordingReader:
     """A validated recording directory."""
 
@@ -79,11 +98,7 @@ class RecordingReader:
             )
         manifest_path = inside(path, os.path.join(path, MANIFEST))
         if not os.path.exists(manifest_path):
-            raise RecordingError(
-                f"{path} is not a recording: it has no {MANIFEST}. Point debug.path at "
-                "the directory a dump run (debug.dump_rollout_data=true) wrote; if "
-                "that run was killed before its first step, record again."
-            )
+            raise RecordingError(not_a_recording(path))
         raw = _read_json(manifest_path, "manifest")
         version = raw.get("format_version") if isinstance(raw, dict) else None
         if version not in SUPPORTED_FORMAT_VERSIONS:

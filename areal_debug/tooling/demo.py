@@ -158,7 +158,7 @@ def write_replay_script(
     return path
 
 
-def load_report(workdir: Path) -> dict:
+def report_path(workdir: Path) -> str:
     paths = glob.glob(
         str(
             workdir
@@ -172,7 +172,11 @@ def load_report(workdir: Path) -> dict:
     )
     if not paths:
         raise DemoError("the replay wrote no replay_report.json")
-    with open(paths[0]) as f:
+    return paths[0]
+
+
+def load_report(workdir: Path) -> dict:
+    with open(report_path(workdir)) as f:
         return json.load(f)
 
 
@@ -276,6 +280,14 @@ def run_demo(
     print(f"recording: {reader.path}")
     print(f"logs:      {wd}/dump.log, {wd}/replay.log, {wd}/server.log")
     print(f"re-run:    bash {shlex.quote(str(script))} [overrides...]")
+    print(f"report:    {report_path(wd)}")
+    rec = shlex.quote(reader.path)
+    print(
+        f"next:      areal-debug report {rec} -o "
+        f"{shlex.quote(str(wd / 'report.html'))}   # every step, trajectory, token\n"
+        f"           areal-debug show {rec} --step 0 --decode\n"
+        f"           areal-debug mismatch {rec}"
+    )
     if ok:
         print(f"OK: all {len(reader.available_steps())} steps replayed bit for bit.")
         return 0

@@ -112,18 +112,15 @@ function chart(m) {
   let y0 = ys.length ? Math.min(...ys) : 0, y1 = ys.length ? Math.max(...ys) : 1;
   if (y0 === y1) { const d = Math.abs(y0) * 0.05 || 1; y0 -= d; y1 += d; }
   const pad = (y1 - y0) * 0.08; y0 -= pad; y1 += pad;
-  // Enough digits that neighbouring ticks read differently (ratios near 1).
-  const scale = Math.max(Math.abs(y0), Math.abs(y1)) / (y1 - y0);
-  const digits = Math.min(10, Math.max(3, Math.ceil(Math.log10(scale || 1)) + 2));
+  const ticks = niceTicks(y0, y1);
   const X = (s) => ML + ((s - lo) / (hi - lo)) * (W - ML - MR);
   const Y = (v) => MT + (1 - (v - y0) / (y1 - y0)) * (H - MT - MB);
   const svg = sv("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": m.title });
   for (const s of [...D.incomplete, ...D.without_stats])
     svg.append(sv("rect", { x: X(s - 0.4), y: MT, width: X(s + 0.4) - X(s - 0.4), height: H - MT - MB, fill: "var(--shade)", class: "gap" }));
-  for (let i = 0; i <= 4; i++) {
-    const v = y0 + ((y1 - y0) * i) / 4;
+  for (const [v, label] of ticks) {
     svg.append(sv("line", { x1: ML, x2: W - MR, y1: Y(v), y2: Y(v), stroke: "#eee" }));
-    svg.append(sv("text", { x: ML - 4, y: Y(v) + 4, "text-anchor": "end", "font-size": 10, fill: "#555" }, fmt(v, digits)));
+    svg.append(sv("text", { x: ML - 4, y: Y(v) + 4, "text-anchor": "end", "font-size": 10, fill: "#555", class: "ytick" }, label));
   }
   const tick = Math.max(1, Math.ceil(every.length / 12));
   every.forEach((s, i) => {
@@ -150,6 +147,19 @@ function chart(m) {
   if (rep.length) line(svg, rep, X, Y, "var(--rep)", true);
   return el("div", { class: "chart", "data-metric": m.name },
     el("div", { class: "title" }, m.title), el("div", { class: "metric" }, m.name), svg);
+}
+// Round ticks: multiples of 1, 2 or 5 times a power of ten inside [y0, y1], each
+// written with the digits its step needs (0.005, 0.01, ... or 0.99995, 1, ...).
+function niceTicks(y0, y1) {
+  const raw = (y1 - y0) / 4, p = Math.pow(10, Math.floor(Math.log10(raw)));
+  const step = [1, 2, 5, 10].map((m) => m * p).find((s) => s >= raw);
+  const decimals = Math.max(0, -Math.floor(Math.log10(step) + 1e-9));
+  const out = [];
+  for (let k = Math.ceil(y0 / step); k * step <= y1 + step * 1e-9; k++) {
+    const v = k * step;
+    out.push([v, Math.abs(v) < step / 2 ? "0" : v.toFixed(decimals)]);
+  }
+  return out;
 }
 function line(svg, pts, X, Y, colour, dashed) {
   const finite = pts.filter((p) => isNum(p[1]));
@@ -186,6 +196,7 @@ function steps() {
 let current = null;
 function showStep(s) {
   current = { step: s, sort: { key: "i", dir: 1 } };
+  link(`step=${s}`);
   for (const b of document.querySelectorAll(".stepbtn[data-step]")) b.classList.toggle("sel", Number(b.dataset.step) === s);
   document.getElementById("traj").hidden = true;
   renderStep();
@@ -273,13 +284,16 @@ function colour(lp) {
 function showTrajectory(r, tr) {
   for (const x of document.querySelectorAll("tr.row.sel")) x.classList.remove("sel");
   if (tr) tr.classList.add("sel");
+  link(`step=${current.step}&traj=${r.i}`);
   const d = D.details[current.step];
   const box = document.getElementById("traj");
   box.hidden = false;
   const have = SOURCES.filter(([k]) => r[k]);
   let by = have.length ? have[0][0] : null;
   const tokens = el("div", { class: "tokens", id: "tokens" });
+  const byLabel = el("span", { id: "coloured-by" });
   function paint() {
+    byLabel.textContent = by ? SOURCES.find((s) => s[0] === by)[1] : "";
     tokens.replaceChildren(el("span", { class: "prompt" }, d.prompts[r.prompt]));
     r.tokens.forEach((id, k) => {
       const v = (key) => (r[key] && r[key][k] !== null && r[key][k] !== undefined ? r[key][k] / 1000 : null);
@@ -298,7 +312,7 @@ function showTrajectory(r, tr) {
   add(box,
     el("h2", {}, `Trajectory ${r.i} of step ${current.step} (group ${r.group}, sample ${r.row})`),
     el("p", {}, `reward ${fmt(r.reward)} · ${r.prompt_len} prompt + ${r.completion_len} completion tokens · versions ${range(r.versions)} · staleness ${range(r.staleness)}`),
-    el("p", { class: "muted" }, have.length ? ["Completion tokens coloured by ", by ? SOURCES.find((s) => s[0] === by)[1] : "", ": 0 ",
+    el("p", { class: "muted" }, have.length ? ["Completion tokens coloured by ", byLabel, ": 0 ",
       el("span", { class: "scale" }), " −6 nats and below; hover a token for its values. ", pick] :
       "No log-probabilities recorded for this trajectory."),
     r.divergent_token !== undefined ? el("p", { class: "divergence" }, `The replay's first divergent stage differs most at completion token ${r.divergent_token} (outlined).`) : null,
@@ -340,4 +354,19 @@ function manifest() {
     el("details", {}, el("summary", {}, "the whole recorded config"), el("pre", { class: "config" }, JSON.stringify(m.config, null, 1))));
 }
 
+// -- links: #step=2&traj=5 opens that step and trajectory, and each click sets it ---------
+function link(hash) {
+  history.replaceState(null, "", "#" + hash);
+}
+function follow(hash) {
+  const want = Object.fromEntries(new URLSearchParams(hash.replace(/^#/, "")));
+  const s = Number(want.step);
+  if (want.step === undefined || !D.details[s]) return;
+  showStep(s);
+  if (want.traj === undefined) return;
+  const tr = document.querySelector(`#traj-rows tr[data-i="${Number(want.traj)}"]`);
+  if (tr) tr.click();
+}
+
 header(); verdict(); notes(); legend(); charts(); steps(); stageReport(); manifest();
+follow(location.hash);
