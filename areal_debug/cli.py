@@ -10,6 +10,8 @@ areal-debug mismatch PATH      the training-inference mismatch of each step
 areal-debug extract PATH ...   one step as a self-contained reproducer with a test
 areal-debug doctor PATH -- CMD pre-flight checks of a replay or resume command
 areal-debug verify PATH        check every payload's checksum and safe loading
+areal-debug report PATH -o F   one HTML page: charts, steps, trajectories, tokens
+areal-debug demo               record a real GRPO run on CPU and replay it
 
 The logic of each lives in ``areal_debug.inspect``; this module parses arguments
 and writes the results (tables, or JSON with ``--json``) to stdout.

@@ -1,0 +1,92 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The README and docs/ hold together: every relative link and anchor resolves,
+every CLI command and every ``debug.*`` key is documented. A page split or a
+renamed heading that breaks a link fails here, not in a reader's browser."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from areal_debug import cli
+from areal_debug.config import DebugConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+
+
+def anchors(page: Path) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to
+    hyphens, a repeated heading numbered."""
+    seen: dict[str, int] = {}
+    out = set()
+    for line in FENCE.sub("", page.read_text()).splitlines():
+        m = re.match(r"#+\s+(.*)", line)
+        if not m:
+            continue
+        slug = re.sub(r"[^\w\- ]", "", m[1].strip().lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+def links(page: Path) -> list[str]:
+    return LINK.findall(FENCE.sub("", page.read_text()))
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_relative_link_and_anchor_resolves(page):
+    broken = []
+    for target in links(page):
+        if re.match(r"[a-z]+:", target):  # https:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        if not file.exists():
+            broken.append(f"{target} (no {file.relative_to(ROOT)})")
+        elif anchor and file.suffix == ".md" and anchor not in anchors(file):
+            broken.append(f"{target} (no heading #{anchor} in {file.name})")
+    assert not broken, f"{page.name}: " + "; ".join(broken)
+
+
+def documented() -> str:
+    return "\n".join(p.read_text() for p in PAGES)
+
+
+def test_every_cli_command_is_documented():
+    parser = cli.build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    text = documented()
+    missing = [c for c in sub.choices if f"areal-debug {c}" not in text]
+    assert sub.choices and not missing, missing
+
+
+def test_every_debug_key_is_documented():
+    text = documented()
+    missing = [
+        f.name
+        for f in dataclasses.fields(DebugConfig)
+        if f"debug.{f.name}" not in text and f"`{f.name}`" not in text
+    ]
+    assert not missing, missing
+
+
+def test_the_checks_see_a_broken_link(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("# Title\n[ok](#title) [gone](#nowhere) [file](missing.md)\n")
+    assert anchors(page) == {"title"}
+    assert links(page) == ["#title", "#nowhere", "missing.md"]
+
+
+def test_the_help_lists_every_command():
+    parser = cli.build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    listed = re.findall(r"^areal-debug (\w+)", parser.epilog or "", re.M)
+    assert sorted(listed) == sorted(sub.choices)
