@@ -35,6 +35,12 @@ def assert_demo_output(out: str, steps: int, wd) -> None:
     assert out.count("areal_debug/mismatch/abs_diff/avg") == steps
     # The replay was the run_replay.sh the user re-runs.
     assert f"[3/4] bash {wd}/run_replay.sh" in out
+    # The replay's story: nothing changed, identical at every step.
+    replay_log = (wd / "replay.log").read_text()
+    assert "Replay: the training settings are the recording's" in replay_log
+    assert f"Replay story: identical to the recording at every step ({steps})" in (
+        replay_log
+    )
     # It ends naming the replay's report and the commands to look inside.
     (report,) = (wd / "root" / "logs").rglob("trial0_replay/replay_report.json")
     assert f"report:    {report}" in out

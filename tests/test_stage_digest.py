@@ -683,3 +683,18 @@ def test_a_changed_learning_rate_with_one_mini_batch_is_located_at_its_weights(
     assert step0["loss"]["status"] == step0["grads"]["status"] == "identical"
     where = report["first_divergence"]["where"]
     assert f"First divergent stage: weights at step 0 ({where})." in run.log
+    # The replay's story: what was changed, at its start, and at its end where
+    # that took effect, in the log and the report.
+    assert (
+        "Replay: you changed 1 training setting(s) from the recording: "
+        "actor.optimizer.lr 0.001 -> 0.002." in run.log
+    )
+    assert report["config_changes"] == [
+        {"key": "actor.optimizer.lr", "recorded": 0.001, "replay": 0.002}
+    ]
+    headline = (
+        f"left the recording at step 0: weights ({where}); you changed "
+        "actor.optimizer.lr"
+    )
+    assert report["headline"] == headline
+    assert f"Replay story: {headline}" in run.log

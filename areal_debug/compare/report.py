@@ -110,6 +110,37 @@ class ReplayReport:
     steps: list[StepComparison] = field(default_factory=list)
     # How the replaying AReaL differs from the recording's (None: the same).
     areal_change: str | None = None
+    # The training settings changed from the recording's (ConfigChange.to_json).
+    config_changes: list[dict[str, Any]] = field(default_factory=list)
+
+    def headline(self) -> str:
+        """One line: how the replay went, and what was changed that can explain it."""
+        steps = self.steps
+        diverged = [e for e in steps if e.status == "diverged"]
+        if not steps:
+            text = "no step compared"
+        elif not diverged:
+            same = sum(e.status == "identical" for e in steps)
+            text = (
+                f"identical to the recording at every step ({len(steps)})"
+                if same == len(steps)
+                else f"within tolerance at every step ({same} of {len(steps)} bitwise)"
+            )
+        else:
+            staged, first = self.first_stage_divergence(), self.first_divergence()
+            if staged:
+                where = f" ({staged['where']})" if staged.get("where") else ""
+                text = f"left the recording at step {staged['step']}: {staged['stage']}{where}"
+            else:
+                text = (
+                    f"left the recording at step {first['global_step']}: "
+                    f"metric {first['metric']}"
+                )
+        if self.config_changes:
+            text += "; you changed " + ", ".join(c["key"] for c in self.config_changes)
+        if self.areal_change:
+            text += f"; {self.areal_change}"
+        return text
 
     def first_divergence(self) -> dict[str, Any] | None:
         """The step and metric (largest relative difference) that diverged first."""
@@ -147,6 +178,8 @@ class ReplayReport:
             },
             "first_divergence": self.first_stage_divergence(),
             "areal_change": self.areal_change,
+            "config_changes": self.config_changes,
+            "headline": self.headline(),
             "steps": [e.to_json() for e in steps],
         }
 
@@ -159,4 +192,5 @@ class ReplayReport:
             topology=TopologyChange.from_json(data["topology"]),
             steps=[StepComparison.from_json(e) for e in data.get("steps", [])],
             areal_change=data.get("areal_change"),
+            config_changes=list(data.get("config_changes") or []),
         )

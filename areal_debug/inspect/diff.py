@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from areal_debug.compare.report import ReplayReport
 from areal_debug.compare.statistics import compare_values, training_stats
 from areal_debug.inspect.common import (
     InspectError,
@@ -73,6 +74,8 @@ class RunDiff:
     steps: list[int]
     rows: list[MetricRow]
     first_divergence: MetricRow | None
+    # A replay report's headline: how it went and what was changed.
+    story: str | None = None
 
 
 # -- recordings ------------------------------------------------------------------
@@ -339,9 +342,30 @@ def diff_runs(a: Source, b: Source) -> RunDiff:
     rows = [
         r for step in steps for r in _metric_rows(step, a.series[step], b.series[step])
     ]
+    report = b.report if b.report is not None else a.report
     return RunDiff(
-        a.path, b.path, a.label, b.label, steps, rows, _first_divergent(rows)
+        a.path,
+        b.path,
+        a.label,
+        b.label,
+        steps,
+        rows,
+        _first_divergent(rows),
+        _story(report),
     )
+
+
+def _story(report: dict[str, Any] | None) -> str | None:
+    """The report's headline (recomputed for a report written before there was
+    one); None for a report too old or partial to read that way."""
+    if report is None:
+        return None
+    if isinstance(report.get("headline"), str):
+        return report["headline"]
+    try:
+        return ReplayReport.from_json(report).headline()
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def diff(a: str, b: str | None) -> RecordingDiff | RunDiff:

@@ -16,11 +16,11 @@ import re
 import shlex
 import shutil
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from areal_debug import areal_compat
+from areal_debug.compare.config_changes import training_changes
 from areal_debug.inspect.common import (
     InspectError,
     first_line,
@@ -33,48 +33,6 @@ from areal_debug.recording.reader import RecordingReader, format_ranges
 from areal_debug.replay_plan import ReplayPlan, needs_teacher_servers
 
 ERROR, WARNING, INFO = "error", "warning", "info"
-
-# Config keys whose change makes a replay train differently from the dump run
-# (intended when testing a change; a surprise otherwise).
-TRAINING_KEYS = (
-    "actor.path",
-    "tokenizer_path",
-    "seed",
-    "gconfig",
-    "actor.optimizer",
-    "actor.mb_spec",
-    "actor.ppo_n_minibatches",
-    "actor.eps_clip",
-    "actor.eps_clip_higher",
-    "actor.c_clip",
-    "actor.kl_ctl",
-    "actor.kl_estimator",
-    "actor.reward_norm",
-    "actor.reward_scaling",
-    "actor.reward_bias",
-    "actor.reward_clip",
-    "actor.adv_norm",
-    "actor.discount",
-    "actor.gae_lambda",
-    "actor.recompute_logprob",
-    "actor.use_decoupled_loss",
-    "actor.behav_imp_weight_cap",
-    "actor.rejection_sampling",
-    "actor.dtype",
-    "actor.disable_dropout",
-    "actor.gradient_checkpointing",
-    "actor.max_new_tokens",
-    "actor.mask_no_eos_with_zero",
-    "actor.backend",
-    "train_dataset.batch_size",
-    "rollout.max_head_offpolicyness",
-    "critic",
-    "ref",
-    "teacher",
-)
-# Keys that decide how recorded batches are grouped: a change makes the replay
-# meaningless, not merely different.
-GROUPING_KEYS = ("gconfig.n_samples", "actor.reward_norm.group_size")
 
 
 @dataclass
@@ -213,48 +171,30 @@ def load_command_config(command: list[str]):
 
 
 # -- comparing ---------------------------------------------------------------------------
-def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(obj, dict):
-        out = {}
-        for k, v in obj.items():
-            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return {prefix: obj}
-
-
-def _under(key: str, roots: tuple[str, ...]) -> bool:
-    return any(key == r or key.startswith(r + ".") for r in roots)
-
-
 def config_differences(recorded: dict, current: dict) -> list[Finding]:
     """Training-relevant config keys that differ from the dump run's."""
-    a, b = _flatten(recorded), _flatten(current)
     findings = []
-    for key in sorted(set(a) | set(b)):
-        if not _under(key, TRAINING_KEYS + GROUPING_KEYS):
-            continue
-        va, vb = a.get(key, "<absent>"), b.get(key, "<absent>")
-        if va == vb:
-            continue
-        if _under(key, GROUPING_KEYS):
+    for change in training_changes(recorded, current):
+        if change.grouping:
             findings.append(
                 Finding(
                     ERROR,
-                    f"{key} is {vb!r}, the recording was made with {va!r}",
+                    change.describe(),
                     "the recorded batches hold groups of that many samples per "
                     "prompt; group reward normalisation would mix groups",
-                    f"set {override_word(key, va)}",
+                    f"set {override_word(change.key, change.recorded)}",
                 )
             )
             continue
         findings.append(
             Finding(
                 WARNING,
-                f"{key} is {vb!r}, the recording was made with {va!r}",
+                change.describe(),
                 "training then differs from the dump run: the replay diverges "
                 "from the recorded statistics (expected only if this is the "
                 "change you are testing)",
-                f"set {override_word(key, va)} to reproduce the recording exactly",
+                f"set {override_word(change.key, change.recorded)} to reproduce "
+                "the recording exactly",
             )
         )
     return findings

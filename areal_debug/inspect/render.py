@@ -275,6 +275,8 @@ def run_diff(d: RunDiff, all_metrics: bool, metrics: list[str] | None) -> Group:
                 style="bold red",
             )
         )
+    if d.story:
+        parts.append(Text(f"Replay story: {d.story}", style="bold"))
     return Group(*parts)
 
 

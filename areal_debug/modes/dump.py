@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
-import json
 import platform
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError
@@ -15,6 +13,7 @@ from typing import Any
 import torch
 
 from areal_debug import areal_compat
+from areal_debug.compare.config_changes import config_dict
 from areal_debug.compare.statistics import (
     inference_stats,
     timing_stats,
@@ -123,13 +122,9 @@ class DumpMode(ActiveMode):
             layout=layout,
             determinism=current_settings(),
             worker_determinism=self.worker_settings(),
-            config=json.loads(json.dumps(self._config_dict(config), default=str)),
+            config=config_dict(config, self.debug),
             recorded_teacher_logp=self.records_teacher,
         )
-
-    def _config_dict(self, config) -> dict[str, Any]:
-        # A user's own config class carries the section outside its fields.
-        return {"debug": dataclasses.asdict(self.debug), **dataclasses.asdict(config)}
 
     # -- each step -----------------------------------------------------------------
     def _record_batch(self, batch) -> None:

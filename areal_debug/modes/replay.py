@@ -18,6 +18,11 @@ from typing import Any
 from areal.api import RolloutWorkflow
 
 from areal_debug import areal_compat
+from areal_debug.compare.config_changes import (
+    config_dict,
+    story_start,
+    training_changes,
+)
 from areal_debug.compare.report import REPORT_NAME
 from areal_debug.logs import get_logger
 from areal_debug.modes import replay_setup
@@ -171,6 +176,12 @@ class ReplayMode(ActiveMode):
             self.reader, self.debug, topology, report, self._recorded_stages
         )
         self.comparison.report.areal_change = areal_change
+        changes = training_changes(
+            manifest.config, config_dict(self.trainer.config, self.debug)
+        )
+        self.comparison.report.config_changes = [c.to_json() for c in changes]
+        if self.topology.is_coordinator():
+            logger.info(story_start(changes))
 
     # -- each step -----------------------------------------------------------------
     def on_batch_ready(self, step: int) -> None:
@@ -236,6 +247,7 @@ class ReplayMode(ActiveMode):
         if self.topology.is_coordinator() and self.comparison is not None:
             for line in self.comparison.summary_lines():
                 logger.info(line)
+            logger.info(f"Replay story: {self.comparison.report.headline()}")
             self.reference.log_summary(self.comparison.reference_forwards())
 
     def close_recording(self) -> None:

@@ -1,0 +1,121 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The training settings a replay (or a command doctor checks) runs with that
+differ from the dump run's: the first part of a replay's story, and what can
+explain where it leaves the recording."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any
+
+# Config keys whose change makes a replay train differently from the dump run
+# (intended when testing a change; a surprise otherwise).
+TRAINING_KEYS = (
+    "actor.path",
+    "tokenizer_path",
+    "seed",
+    "gconfig",
+    "actor.optimizer",
+    "actor.mb_spec",
+    "actor.ppo_n_minibatches",
+    "actor.eps_clip",
+    "actor.eps_clip_higher",
+    "actor.c_clip",
+    "actor.kl_ctl",
+    "actor.kl_estimator",
+    "actor.reward_norm",
+    "actor.reward_scaling",
+    "actor.reward_bias",
+    "actor.reward_clip",
+    "actor.adv_norm",
+    "actor.discount",
+    "actor.gae_lambda",
+    "actor.recompute_logprob",
+    "actor.use_decoupled_loss",
+    "actor.behav_imp_weight_cap",
+    "actor.rejection_sampling",
+    "actor.dtype",
+    "actor.disable_dropout",
+    "actor.gradient_checkpointing",
+    "actor.max_new_tokens",
+    "actor.mask_no_eos_with_zero",
+    "actor.backend",
+    "train_dataset.batch_size",
+    "rollout.max_head_offpolicyness",
+    "critic",
+    "ref",
+    "teacher",
+)
+# Keys that decide how recorded batches are grouped: a change makes the replay
+# meaningless, not merely different.
+GROUPING_KEYS = ("gconfig.n_samples", "actor.reward_norm.group_size")
+
+ABSENT = "<absent>"
+
+
+@dataclass(frozen=True)
+class ConfigChange:
+    key: str
+    recorded: Any
+    current: Any
+
+    @property
+    def grouping(self) -> bool:
+        return _under(self.key, GROUPING_KEYS)
+
+    def describe(self) -> str:
+        return f"{self.key} is {self.current!r}, the recording was made with {self.recorded!r}"
+
+    def short(self) -> str:
+        return f"{self.key} {self.recorded!r} -> {self.current!r}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "recorded": self.recorded, "replay": self.current}
+
+
+def config_dict(config, debug) -> dict[str, Any]:
+    """A run's config as the manifest keeps it (plain JSON values; a user's own
+    config class carries the debug section outside its fields)."""
+    whole = {"debug": dataclasses.asdict(debug), **dataclasses.asdict(config)}
+    return json.loads(json.dumps(whole, default=str))
+
+
+def training_changes(recorded: dict, current: dict) -> list[ConfigChange]:
+    """Training-relevant keys (TRAINING_KEYS, GROUPING_KEYS) whose value differs,
+    by dotted key; a key one side lacks reads as ABSENT."""
+    a, b = _flatten(recorded), _flatten(current)
+    return [
+        ConfigChange(key, a.get(key, ABSENT), b.get(key, ABSENT))
+        for key in sorted(set(a) | set(b))
+        if _under(key, TRAINING_KEYS + GROUPING_KEYS)
+        and a.get(key, ABSENT) != b.get(key, ABSENT)
+    ]
+
+
+def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: obj}
+
+
+def _under(key: str, roots: tuple[str, ...]) -> bool:
+    return any(key == r or key.startswith(r + ".") for r in roots)
+
+
+def story_start(changes: list[ConfigChange]) -> str:
+    """The replay's first line: what was changed from the recording."""
+    if not changes:
+        return (
+            "Replay: the training settings are the recording's (a difference found "
+            "below comes from code, versions or hardware, not the config)."
+        )
+    return (
+        f"Replay: you changed {len(changes)} training setting(s) from the recording: "
+        + "; ".join(c.short() for c in changes)
+        + ". The replay leaves the recording where they first take effect."
+    )

@@ -1,0 +1,98 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A replay's story: the training settings changed from the recording's (at its
+start) and one headline at its end, also in replay_report.json and `diff`."""
+
+from __future__ import annotations
+
+from areal_debug.compare.config_changes import story_start, training_changes
+from areal_debug.compare.report import ReplayReport, StepComparison, TopologyChange
+from areal_debug.inspect import render
+from areal_debug.inspect.diff import Source, diff_runs
+
+RECORDED = {
+    "seed": 1,
+    "actor": {"optimizer": {"lr": 1e-3}, "backend": "fsdp:d1", "path": "/m"},
+    "gconfig": {"n_samples": 4},
+    "trial_name": "t0",
+    "debug": {"replay_rollout_data": False},
+}
+
+
+def replayed(**changes):
+    current = {
+        **RECORDED,
+        "actor": {**RECORDED["actor"], "optimizer": {"lr": changes.get("lr", 1e-3)}},
+        "trial_name": "t0_replay",
+        "debug": {"replay_rollout_data": True},
+    }
+    return current
+
+
+def test_only_training_settings_count_as_changes():
+    assert training_changes(RECORDED, replayed()) == []
+    (change,) = training_changes(RECORDED, replayed(lr=1e-5))
+    assert (change.key, change.recorded, change.current) == (
+        "actor.optimizer.lr",
+        1e-3,
+        1e-5,
+    )
+    assert story_start([change]) == (
+        "Replay: you changed 1 training setting(s) from the recording: "
+        "actor.optimizer.lr 0.001 -> 1e-05. The replay leaves the recording where "
+        "they first take effect."
+    )
+    assert story_start([]).startswith(
+        "Replay: the training settings are the recording's"
+    )
+    # A key one side lacks is a change too.
+    (absent,) = training_changes(RECORDED, {**replayed(), "ref": {"path": "/r"}})
+    assert (absent.key, absent.recorded) == ("ref.path", "<absent>")
+
+
+def report(statuses, changes=(), stage=None):
+    steps = []
+    for step, status in enumerate(statuses):
+        entry = StepComparison(global_step=step, status=status, metrics={})
+        if stage and status == "diverged":
+            entry.stages = {stage["stage"]: {"status": "differs", **stage}}
+        steps.append(entry)
+    topology = TopologyChange("spmd", "spmd", 1, 1, 1, 1)
+    out = ReplayReport("/rec", 1e-5, 1e-8, topology, steps)
+    out.config_changes = list(changes)
+    return out
+
+
+def test_the_headline_says_how_it_went_and_what_was_changed():
+    assert report(["identical"] * 3).headline() == (
+        "identical to the recording at every step (3)"
+    )
+    lr = {"key": "actor.optimizer.lr", "recorded": 1e-3, "replay": 1e-5}
+    diverged = report(
+        ["identical", "diverged"],
+        [lr],
+        {"stage": "weights", "where": "mini-batch 0 lm_head.weight"},
+    )
+    assert diverged.headline() == (
+        "left the recording at step 1: weights (mini-batch 0 lm_head.weight); "
+        "you changed actor.optimizer.lr"
+    )
+    data = diverged.to_json()
+    assert data["headline"] == diverged.headline()
+    assert data["config_changes"] == [lr]
+    assert ReplayReport.from_json(data).headline() == diverged.headline()
+
+
+def test_diff_of_a_replay_report_tells_the_story():
+    data = report(["identical"] * 2).to_json()
+    data["steps"][0]["metrics"] = {"loss": {"recorded": 1.0, "replayed": 1.0}}
+    recorded = Source("/rec", "recording", "recorded", {0: {"loss": 1.0}})
+    replay = Source("/r.json", "report", "replay x", {0: {"loss": 1.0}}, data)
+    d = diff_runs(recorded, replay)
+    assert d.story == "identical to the recording at every step (2)"
+    from rich.console import Console
+
+    console = Console(width=200, record=True)
+    console.print(render.run_diff(d, False, None))
+    assert "Replay story: identical to the recording at every step (2)" in (
+        console.export_text()
+    )
