@@ -57,6 +57,9 @@ def assert_self_contained(path) -> None:
     assert not re.search(r"@import|url\(\s*['\"]?https?:", text, re.I)
 
 
+LR_CHANGE = {"key": "actor.optimizer.lr", "recorded": 0.001, "replay": 0.002}
+
+
 def divergent_report(rec: str, out_dir, step: int, stage: dict | None = None) -> str:
     """A replay report of ``rec`` whose ``step`` diverged (grad norm doubled, and
     ``stage`` as its first differing stage), every step before identical."""
@@ -82,6 +85,7 @@ def divergent_report(rec: str, out_dir, step: int, stage: dict | None = None) ->
         )
     report = ReplayReport(rec, 0.0, 0.0, TopologyChange("spmd", "spmd", 1, 1, 1, 1))
     report.steps = steps
+    report.config_changes = [LR_CHANGE]
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(str(out_dir), REPORT_NAME)
     with open(path, "w") as f:
@@ -242,6 +246,14 @@ def test_the_page_in_a_browser_small_recording(tmp_path):
         buttons = page.locator("#steps .stepbtn").all_inner_texts()
         assert buttons == ["step 0", "step 1", "step 2", "step 3", "4 (incomplete)"]
         assert "First divergence: step 3" in page.inner_text("#first-divergence")
+        # The replay's story in the banner: its headline and what was changed.
+        assert page.inner_text("#story").startswith(
+            "Replay story: left the recording at step 3: "
+        )
+        assert page.inner_text("#story").endswith("you changed actor.optimizer.lr")
+        assert page.inner_text("#config-changes") == (
+            "Changed from the recording: actor.optimizer.lr 0.001 → 0.002"
+        )
         assert page.locator(".divergence-line").count() == 7  # one per chart
         assert page.locator("path.pin").count() == 7
         page.click(".stepbtn[data-step='3']")

@@ -228,6 +228,10 @@ def _replay_data(
         "first_divergence": _jsonable(first),
         "first_stage": _jsonable(stage),
         "stage_report": _stage_report(report, stage, first),
+        # The replay's story: what was changed, and its headline.
+        "headline": report.headline(),
+        # None for a report written before replays kept them.
+        "config_changes": _jsonable(data.get("config_changes")),
     }
 
 

@@ -68,6 +68,11 @@ function verdict() {
       el("b", {}, `${R.label}: identical`), ` at every replayed step (${R.steps.length})` +
       ` within rtol ${R.tolerance.rtol}, atol ${R.tolerance.atol}`));
   }
+  if (R.headline) add(box, el("div", { id: "story" }, el("b", {}, "Replay story: "), R.headline));
+  const changed = R.config_changes;  // null: a report from before replays kept them
+  if (changed) add(box, el("div", { class: "note", id: "config-changes" }, changed.length
+    ? ["Changed from the recording: ", changed.map((c) => `${c.key} ${JSON.stringify(c.recorded)} → ${JSON.stringify(c.replay)}`).join("; ")]
+    : "The replay ran with the recording's training settings."));
   if (R.topology) add(box, el("div", { class: "note" }, R.topology));
 }
 function notes() {
