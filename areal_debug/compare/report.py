@@ -110,8 +110,9 @@ class ReplayReport:
     steps: list[StepComparison] = field(default_factory=list)
     # How the replaying AReaL differs from the recording's (None: the same).
     areal_change: str | None = None
-    # The training settings changed from the recording's (ConfigChange.to_json).
-    config_changes: list[dict[str, Any]] = field(default_factory=list)
+    # The training settings changed from the recording's (ConfigChange.to_json);
+    # None where they were not compared (a recording without its config).
+    config_changes: list[dict[str, Any]] | None = None
 
     def headline(self) -> str:
         """One line: how the replay went, and what was changed that can explain it."""
@@ -192,5 +193,5 @@ class ReplayReport:
             topology=TopologyChange.from_json(data["topology"]),
             steps=[StepComparison.from_json(e) for e in data.get("steps", [])],
             areal_change=data.get("areal_change"),
-            config_changes=list(data.get("config_changes") or []),
+            config_changes=data.get("config_changes"),
         )

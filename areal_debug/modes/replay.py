@@ -176,12 +176,19 @@ class ReplayMode(ActiveMode):
             self.reader, self.debug, topology, report, self._recorded_stages
         )
         self.comparison.report.areal_change = areal_change
-        changes = training_changes(
-            manifest.config, config_dict(self.trainer.config, self.debug)
-        )
-        self.comparison.report.config_changes = [c.to_json() for c in changes]
+        if manifest.config:
+            changes = training_changes(
+                manifest.config, config_dict(self.trainer.config, self.debug)
+            )
+            self.comparison.report.config_changes = [c.to_json() for c in changes]
+            story = story_start(changes)
+        else:
+            story = (
+                "Replay: the recording keeps no config (an earlier areal-debug made "
+                "it), so the training settings are not compared."
+            )
         if self.topology.is_coordinator():
-            logger.info(story_start(changes))
+            logger.info(story)
 
     # -- each step -----------------------------------------------------------------
     def on_batch_ready(self, step: int) -> None:
