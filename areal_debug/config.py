@@ -24,6 +24,7 @@ from areal_debug.recording.format import (
     RECORDING_DIRNAME,
     ZSTD_LEVELS,
     Codec,
+    recording_below,
 )
 from areal_debug.recording.retention import parse_steps
 from areal_debug.stages.names import TOKEN_STAGES
@@ -588,8 +589,8 @@ def check_recording(path: str) -> None:
     """A replay's ``debug.path`` holds a recording, or says where one is."""
     if os.path.isfile(os.path.join(path, MANIFEST)):
         return
-    below = os.path.join(path, RECORDING_DIRNAME)
-    if os.path.isfile(os.path.join(below, MANIFEST)):
+    below = recording_below(path)
+    if below is not None:
         raise DebugConfigError(
             f"debug.path={path} is not a recording, but it holds one: "
             f"{below}. Set debug.path={below}."

@@ -215,3 +215,10 @@ def teacher_payload_name(codec: str = Codec.NONE) -> str:
 
 def shard_meta_name(shard: int) -> str:
     return f"shard-{shard:05d}.json"
+
+
+def recording_below(path: str) -> str | None:
+    """The recording one level below ``path`` (a trial directory's
+    ``RECORDING_DIRNAME``), or None."""
+    below = os.path.join(path, RECORDING_DIRNAME)
+    return below if os.path.isfile(os.path.join(below, MANIFEST)) else None

@@ -13,7 +13,6 @@ from areal_debug.recording.atomic import open_regular, read_json
 from areal_debug.recording.codecs import decode_payload, sha256_bytes
 from areal_debug.recording.format import (
     MANIFEST,
-    RECORDING_DIRNAME,
     RNG,
     STAGE_TENSORS,
     STAGES_FILE,
@@ -24,6 +23,7 @@ from areal_debug.recording.format import (
     RecordingError,
     complete_step_dirs,
     list_step_dirs,
+    recording_below,
     reserved_marker,
     reserved_marker_name,
     step_dirname,
@@ -68,8 +68,8 @@ def format_ranges(steps: Iterable[int]) -> str:
 def not_a_recording(path: str) -> str:
     """Why ``path`` (a directory without a manifest) is no recording, and where
     one is: said for a replay's ``debug.path`` and a command's argument alike."""
-    below = os.path.join(path, RECORDING_DIRNAME)
-    if os.path.isfile(os.path.join(below, MANIFEST)):
+    below = recording_below(path)
+    if below is not None:
         return (
             f"{path} is not a recording (it has no {MANIFEST}), but it holds one: "
             f"{below}. Give that directory instead (as debug.path, or to the "
