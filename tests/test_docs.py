@@ -90,3 +90,20 @@ def test_the_help_lists_every_command():
     (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     listed = re.findall(r"^areal-debug (\w+)", parser.epilog or "", re.M)
     assert sorted(listed) == sorted(sub.choices)
+
+
+def test_the_readme_is_short():
+    """A newcomer reads it in five minutes; the rest is in docs/."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines (at most 250)"
+
+
+def test_every_docs_page_is_linked_from_the_readme():
+    linked = {
+        (ROOT / target.partition("#")[0]).resolve()
+        for target in links(ROOT / "README.md")
+        if not re.match(r"[a-z]+:", target)
+    }
+    pages = sorted((ROOT / "docs").glob("*.md"))
+    missing = [p.name for p in pages if p.resolve() not in linked]
+    assert pages and not missing, f"docs pages not linked from README.md: {missing}"

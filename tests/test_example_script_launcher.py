@@ -43,38 +43,49 @@ def launch(workdir, name: str, overrides: list[str], server: str | None = None):
     return rc, log
 
 
-def test_gsm8k_script_records_and_replays_through_the_spmd_launcher(
-    tiny_assets, tmp_path
-):
+@pytest.fixture(scope="module")
+def gsm8k_spmd(tiny_assets, tmp_path_factory):
+    """The script's dump through the launcher against the CPU server, with the
+    reference's log-probs kept (debug.record_ref_logp) for the second replay."""
     from areal_debug.testing import end_process, start_server
 
-    make_workdir(tmp_path, tiny_assets, data="gsm8k")
-    server, addr = start_server(tmp_path, env_for(tmp_path))
+    workdir = tmp_path_factory.mktemp("gsm8k_spmd")
+    make_workdir(workdir, tiny_assets, data="gsm8k")
+    server, addr = start_server(workdir, env_for(workdir))
     try:
         rc, log = launch(
-            tmp_path,
+            workdir,
             "dump",
-            ["debug.dump_rollout_data=true", "debug.deterministic=true"],
+            [
+                "debug.dump_rollout_data=true",
+                "debug.deterministic=true",
+                "debug.record_ref_logp=true",
+            ],
             addr,
         )
     finally:
         end_process(server)
     assert rc == 0, log[-4000:]
+    return workdir, log
+
+
+def test_gsm8k_script_records_and_replays_through_the_spmd_launcher(gsm8k_spmd):
+    workdir, log = gsm8k_spmd
     assert "from rollout.backend and actor.backend" in log
     assert "no server is started" in log
     assert "ScriptTrainer.train (export_style=concat)" in log
-    reader = RecordingReader(recording_dir(str(tmp_path), EXPERIMENT, "trial0"))
+    reader = RecordingReader(recording_dir(str(workdir), EXPERIMENT, "trial0"))
     assert reader.manifest.layout.mode == "spmd"
     assert reader.available_steps() == list(range(STEPS))
 
     rc, log = launch(
-        tmp_path,
+        workdir,
         "replay",
         ["debug.replay_rollout_data=true", "debug.deterministic=true"],
     )
     assert rc == 0, log[-4000:]
     assert "Replay engine in place of the inference engine" in log
-    report = replay_report(str(tmp_path), EXPERIMENT, "trial0_replay")
+    report = replay_report(str(workdir), EXPERIMENT, "trial0_replay")
     assert report["summary"]["steps"] == STEPS
     assert report["summary"]["all_identical"] is True, report["first_divergence"]
     for entry in report["steps"]:
@@ -82,3 +93,42 @@ def test_gsm8k_script_records_and_replays_through_the_spmd_launcher(
         # The critic's values and the reference's log-probs, recomputed.
         assert {"values", "ref_logp", "weights"} <= set(entry["stages"])
         assert entry["stages"]["ref_logp"]["source"] == "computed"
+
+
+def test_replay_with_recorded_reference_logps_runs_no_reference_forward(gsm8k_spmd):
+    """SPMD form of the reference's log-probs kept by the dump and used by the
+    replay instead of its forward pass (the single-controller form:
+    test_example_scripts.py)."""
+    from areal_debug.stages.recorded_ref_logp import ref_logp_tensors
+
+    workdir, dump_log = gsm8k_spmd
+    reader = RecordingReader(recording_dir(str(workdir), EXPERIMENT, "trial0"))
+    stages, tensors = reader.recorded_stages(0)
+    assert "ref_logp" in stages["ranks"][0]
+    kept = ref_logp_tensors(tensors)
+    # Only the reference log-probs, and beside each the tokens it was computed for.
+    assert kept and set(tensors) == set(kept) | {f"{k} tokens" for k in kept}
+    assert len(kept) == len(stages["ranks"][0]["ref_logp"])
+    # Log-probs, one row per sequence of the trajectory group (n_samples 4).
+    assert all(t.shape[0] == 4 and bool((t <= 0).all()) for t in kept.values())
+    # The dump's reference did run: the KL penalty is in its statistics.
+    assert "ppo_actor/kl_rewards/avg" in dump_log
+
+    rc, log = launch(
+        workdir,
+        "replay-recorded-ref",
+        [
+            "debug.replay_rollout_data=true",
+            "debug.deterministic=true",
+            "debug.replay_recorded_ref_logp=true",
+            "debug.replay_trial_name=recorded_ref",
+        ],
+    )
+    assert rc == 0, log[-4000:]
+    assert "reference forward passes run: 0." in log
+    report = replay_report(str(workdir), EXPERIMENT, "recorded_ref")
+    assert report["summary"]["all_identical"] is True, report["first_divergence"]
+    for entry in report["steps"]:
+        assert {s["status"] for s in entry["stages"].values()} == {"identical"}
+        ref = entry["stages"]["ref_logp"]
+        assert ref["source"] == "recorded" and ref["reference_forwards"] == 0

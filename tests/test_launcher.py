@@ -15,7 +15,7 @@ from support.harness import (
     run_launcher,
     run_logged,
 )
-from support.recordings import SPMD_D2_STEPS
+from support.recordings import SPMD_D1_STEPS
 
 from areal_debug.backend_agreement import AllocationConflictError, agree_with_allocation
 from areal_debug.launcher.allocation import AllocationError, training_allocation
@@ -409,21 +409,21 @@ def started_commands(log: str) -> list[str]:
 
 @pytest.mark.areal
 def test_replay_through_the_launcher_starts_only_the_trainer_and_exits_with_it(
-    spmd_d2,
+    spmd_d1,
 ):
     # The dump's allocation, server and trainer: the replay starts the trainer
     # alone, on the training part. Asked for two steps more than were recorded,
     # the trainer names them before its first step, and the launcher exits with
-    # the trainer's status. (A launcher replay that runs to the end, bitwise:
-    # tests/test_example_script_launcher.py.)
+    # the trainer's status. (Launcher replays that run to the end, bitwise:
+    # tests/test_example_script_launcher.py; on two processes: the shipped
+    # example below.)
     run = run_launcher(
-        str(spmd_d2.workdir),
+        str(spmd_d1.workdir),
         "replay-fail",
         [
-            "allocation_mode=sglang:d1+fsdp:d2",
-            "actor.backend=fsdp:d2",
-            f"total_train_steps={SPMD_D2_STEPS + 2}",
-            *spmd_d2.train_overrides,
+            "allocation_mode=sglang:d1+fsdp:d1",
+            f"total_train_steps={SPMD_D1_STEPS + 2}",
+            *spmd_d1.train_overrides,
             "debug.replay_rollout_data=true",
             "debug.replay_trial_name=fail",
         ],
@@ -432,9 +432,9 @@ def test_replay_through_the_launcher_starts_only_the_trainer_and_exits_with_it(
     # The launcher logs every process it starts: this one alone shows that no
     # inference server was started.
     (command,) = started_commands(run.log)
-    assert "torchrun" in command and "--nproc-per-node 2" in command
-    assert "++allocation_mode=fsdp:d2" in command
-    last = SPMD_D2_STEPS - 1
+    assert "torchrun" in command and "--nproc-per-node 1" in command
+    assert "++allocation_mode=fsdp:d1" in command
+    last = SPMD_D1_STEPS - 1
     assert f"lacks steps {last + 1}-{last + 2}" in run.log
     assert f"complete steps: 0-{last}" in run.log
     assert "Trainer failed (exit status 1)" in run.log

@@ -1,75 +1,20 @@
 # SPDX-License-Identifier: Apache-2.0
-"""A reference model under a KL penalty, in SPMD mode: its log-probs digested as a
-stage, kept in the dump (debug.record_ref_logp) and, when asked, used in the
-replay instead of the reference's forward pass (debug.replay_recorded_ref_logp).
+"""The reference's log-probs kept in the dump (debug.record_ref_logp) and, when
+asked, used in the replay instead of its forward pass
+(debug.replay_recorded_ref_logp): the stand-in and the errors a person sees.
 
-The single-controller form (reference in the RPC workers) is in
-``test_example_scripts.py``; the errors a person sees are unit-tested here.
+Real runs: SPMD in ``test_example_script_launcher.py`` (the gsm8k script with a
+reference under a KL penalty), single-controller in ``test_example_scripts.py``.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from support.harness import recording_dir, replay_report, run_torchrun
 
 from areal_debug.config import DebugConfig
 from areal_debug.recording.format import RecordingError
-from areal_debug.recording.reader import RecordingReader
 from areal_debug.stages.recorded_ref_logp import RecordedRefLogp, ref_logp_tensors
-
-STEPS = 2
-# The fake-engine YAML has no reference model: one colocated with the actor.
-WITH_REF = [
-    "actor.kl_ctl=0.1",
-    "+ref={backend:${actor.backend},path:${actor.path},"
-    "experiment_name:${experiment_name},trial_name:${trial_name},dtype:float32,"
-    "attn_impl:sdpa,disable_dropout:true,init_from_scratch:false,optimizer:null,"
-    "mb_spec:{max_tokens_per_mb:4096}}",
-    f"total_train_steps={STEPS}",
-]
-
-
-@pytest.mark.areal
-def test_replay_with_recorded_reference_logps_runs_no_reference_forward(workdir):
-    d = str(workdir)
-    dump = run_torchrun(
-        d,
-        "dump",
-        1,
-        [*WITH_REF, "debug.dump_rollout_data=true", "debug.record_ref_logp=true"],
-    )
-    assert dump.returncode == 0, dump.log[-3000:]
-    reader = RecordingReader(recording_dir(d))
-    stages, tensors = reader.recorded_stages(0)
-    assert "ref_logp" in stages["ranks"][0]
-    kept = ref_logp_tensors(tensors)
-    # Only the reference log-probs, and beside each the tokens it was computed for.
-    assert kept and set(tensors) == set(kept) | {f"{k} tokens" for k in kept}
-    assert len(kept) == len(stages["ranks"][0]["ref_logp"])
-    # Log-probs, one row per sequence of the trajectory group (n_samples 4).
-    assert all(t.shape[0] == 4 and bool((t <= 0).all()) for t in kept.values())
-
-    replay = run_torchrun(
-        d,
-        "replay",
-        1,
-        [
-            *WITH_REF,
-            "debug.replay_rollout_data=true",
-            "debug.replay_recorded_ref_logp=true",
-        ],
-    )
-    assert replay.returncode == 0, replay.log[-3000:]
-    assert "reference forward passes run: 0." in replay.log
-    report = replay_report(d)
-    assert report["summary"]["all_identical"] is True, report["first_divergence"]
-    for entry in report["steps"]:
-        assert {s["status"] for s in entry["stages"].values()} == {"identical"}
-        ref = entry["stages"]["ref_logp"]
-        assert ref["source"] == "recorded" and ref["reference_forwards"] == 0
-    # The dump's reference did run: the same counter saw it there.
-    assert "ppo_actor/kl_rewards/avg" in dump.stats_by_step()[0]
 
 
 def traj(rows: int, cols: int) -> dict:

@@ -8,8 +8,8 @@ asserts what can honestly be asserted:
 - *faithful* (the whole step, and either step 0 or a kept recover checkpoint
   before it, with the steps between): the replay of step N starts from the same
   weights, optimizer state, RNG states and batch as the dump run, so every
-  recorded statistic must come back bitwise (README, "Reproducing a failing
-  step N");
+  recorded statistic must come back bitwise (docs/reproducing.md, "Replay to
+  step N, or from it");
 - without a checkpoint the step is renumbered to step 0 and trains the model at
   ``actor.path`` as it is on disk, not the weights the dump run had at step N:
   only statistics of the batch itself (counts, lengths, rewards) are compared;
