@@ -443,6 +443,16 @@ def rollout_controller_version(rollout_config) -> str:
     return getattr(rollout_config, "_version", "v1")
 
 
+def trial_log_dir(fileroot: str, experiment: str, trial: str) -> str:
+    """The log directory AReaL's StatsLogger gives a trial
+    (``<fileroot>/logs/<user>/<experiment>/<trial>``, utils/stats_logger.py:179
+    in 1.0.4, 2.0.0 and main), without creating it as get_log_path does: a
+    replay's trial is chosen by looking (contract check: the same path)."""
+    import getpass
+
+    return os.path.join(fileroot, "logs", getpass.getuser(), experiment, trial)
+
+
 def stats_log_dir(trainer: PPOTrainer) -> str:
     """Where AReaL's StatsLogger writes this trial's logs
     (utils/stats_logger.py:165 in 1.0.4 and 2.0.0, StatsLogger.get_log_path)."""

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from areal.api.cli_args import GRPOConfig, PPOConfig
 from omegaconf import OmegaConf
 
+from areal_debug import areal_compat
 from areal_debug.backend_agreement import (
     agree_with_allocation,
     hydra_override,
@@ -22,6 +23,7 @@ from areal_debug.recording.format import (
     DEFAULT_ZSTD_THREADS,
     MANIFEST,
     RECORDING_DIRNAME,
+    REPLAY_REPORT_NAME,
     ZSTD_LEVELS,
     Codec,
     recording_below,
@@ -64,8 +66,11 @@ class DebugConfig:
         default=None,
         metadata={
             "help": "Trial name a replay runs (and logs) under. Default: "
-            f"'<trial_name>{REPLAY_TRIAL_SUFFIX}', so a replay never writes into the "
-            "recorded run's logs, checkpoints or trackers."
+            f"'<trial_name>{REPLAY_TRIAL_SUFFIX}', or '<trial_name>"
+            f"{REPLAY_TRIAL_SUFFIX}2', '...3' and so on when that one holds an "
+            "earlier replay's report: a replay never writes into the recorded "
+            "run's logs, checkpoints or trackers, nor over another replay's "
+            "report unless named to."
         },
     )
     max_pending_steps: int = field(
@@ -396,6 +401,48 @@ def _rename_trial(obj, old: str, new: str, seen: set[int]) -> None:
                 _rename_trial(item, old, new, seen)
 
 
+def replay_trial(fileroot: str, experiment: str, trial: str) -> str:
+    """The trial a replay of ``trial`` runs under when none is named:
+    ``<trial>_replay``, or the first ``<trial>_replay<N>`` (N = 2, 3, ...) whose
+    log directory holds no replay report, so a second replay (another setting,
+    another AReaL) keeps the first one's report beside its own.
+
+    Every process of a replay (launcher, torchrun ranks, controller) decides
+    alike: the report is written after the first step, when all have started.
+    """
+    base = trial + REPLAY_TRIAL_SUFFIX
+    n = 1
+    while True:
+        name = base if n == 1 else f"{base}{n}"
+        log_dir = areal_compat.trial_log_dir(fileroot, experiment, name)
+        if not os.path.exists(os.path.join(log_dir, REPLAY_REPORT_NAME)):
+            return name
+        n += 1
+
+
+def earlier_replays_note(trial: str, replay_trial_name: str) -> str | None:
+    """What a replay run under a fresh trial says (None under the first one)."""
+    base = trial + REPLAY_TRIAL_SUFFIX
+    rest = replay_trial_name[len(base) :]
+    if not replay_trial_name.startswith(base) or not rest.isdigit():
+        return None
+    earlier = ", ".join([base] + [f"{base}{n}" for n in range(2, int(rest))])
+    return (
+        f"Replay: runs as trial {replay_trial_name}; the earlier replays' reports "
+        f"({earlier}) are kept. debug.replay_trial_name=NAME names a replay."
+    )
+
+
+def replaced_report_note(replay_trial_name: str, report: str) -> str:
+    """What a replay named onto an earlier replay's trial says: it replaces that
+    replay's report (a person asked for it, but may not know)."""
+    return (
+        f"Replay: replaces the earlier replay's report {report}: "
+        f"debug.replay_trial_name={replay_trial_name} names that replay's trial. "
+        "Leave it unset for a trial of its own."
+    )
+
+
 def resolve_debug_config(cfg) -> None:
     """Fill in ``debug.path`` and move a replay to its own trial (in place)."""
     debug: DebugConfig = cfg.debug
@@ -408,7 +455,9 @@ def resolve_debug_config(cfg) -> None:
     if not debug.replay_rollout_data:
         return
     if debug.replay_trial_name is None:
-        debug.replay_trial_name = cfg.trial_name + REPLAY_TRIAL_SUFFIX
+        debug.replay_trial_name = replay_trial(
+            cfg.cluster.fileroot, cfg.experiment_name, cfg.trial_name
+        )
     if debug.replay_trial_name != cfg.trial_name:
         _rename_trial(cfg, cfg.trial_name, debug.replay_trial_name, set())
 

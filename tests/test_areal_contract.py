@@ -643,14 +643,22 @@ def _():
     assert callable(LocalScheduler.delete_workers)
 
 
-@check("StatsLogger.get_log_path(config)")
+@check("StatsLogger.get_log_path(config) = areal_compat.trial_log_dir")
 def _():
+    import tempfile
+
     from areal.utils.stats_logger import StatsLogger
 
     signature = inspect.signature(StatsLogger.get_log_path)
     first, *rest = signature.parameters.values()
     assert first.name == "config"
     assert all(p.default is not inspect.Parameter.empty for p in rest)
+    # The replay's trial is chosen by looking where AReaL will log it.
+    with tempfile.TemporaryDirectory() as root:
+        made = StatsLogger.get_log_path(
+            fileroot=root, experiment_name="exp", trial_name="t_replay2"
+        )
+        assert made == areal_compat.trial_log_dir(root, "exp", "t_replay2"), made
 
 
 @check("is_single_controller, current_platform")

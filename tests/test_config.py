@@ -242,3 +242,35 @@ def test_determinism_differences_that_cannot_matter_on_a_cpu_are_not_reported():
         "cudnn_benchmark: recorded False, replay True",
         "torch_deterministic_algorithms: recorded True, replay False",
     ]
+
+
+def test_an_unnamed_replay_never_takes_an_earlier_replays_trial(
+    yaml_with_debug, tmp_path
+):
+    """<trial>_replay, then <trial>_replay2, ...: the first trial whose log
+    directory holds no replay report (issue 39, point 4)."""
+    import getpass
+
+    from areal_debug.config import earlier_replays_note, replaced_report_note
+
+    logs = tmp_path / "root" / "logs" / getpass.getuser() / "tiny"
+    args = ["--config", yaml_with_debug, "debug.replay_rollout_data=true"]
+    names = []
+    for _ in range(3):
+        cfg, _ = load_expr_config(args)
+        names.append(cfg.trial_name)
+        # AReaL's own files there (config.yaml...) do not take the trial: a report does.
+        assert cfg.debug.replay_trial_name == cfg.trial_name
+        (logs / cfg.trial_name).mkdir(parents=True, exist_ok=True)
+        (logs / cfg.trial_name / "replay_report.json").write_text("{}")
+    assert names == ["t0_replay", "t0_replay2", "t0_replay3"]
+    # A named replay runs where it is told, report or not.
+    cfg, _ = load_expr_config([*args, "debug.replay_trial_name=t0_replay"])
+    assert cfg.trial_name == "t0_replay"
+    assert earlier_replays_note("t0", "t0_replay") is None
+    assert earlier_replays_note("t0", "mine") is None
+    note = earlier_replays_note("t0", "t0_replay3")
+    assert "runs as trial t0_replay3" in note and "(t0_replay, t0_replay2)" in note
+    note = replaced_report_note("t0_replay", "/logs/t0_replay/replay_report.json")
+    assert "replaces the earlier replay's report" in note
+    assert "debug.replay_trial_name=t0_replay" in note

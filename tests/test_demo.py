@@ -38,6 +38,9 @@ def assert_demo_output(out: str, steps: int, wd) -> None:
     # The replay's story: nothing changed, identical at every step.
     replay_log = (wd / "replay.log").read_text()
     assert "Replay: the training settings are the recording's" in replay_log
+    assert "Replay: the model is the recorded one (the weights the dump run " in (
+        replay_log
+    )
     assert f"Replay story: identical to the recording at every step ({steps})" in (
         replay_log
     )

@@ -138,7 +138,7 @@ def test_dump_of_an_unchanged_example_script(gsm8k_workdir, example, gsm8k_dump)
         "ref_logp",
         "values",
     ]
-    assert sorted(stages["global"]) == ["grads", "weights"]
+    assert sorted(stages["global"]) == ["grads", "model", "weights"]
     assert tensors and all("/ref_logp/trajectory " in name for name in tensors)
     # Each trajectory's log-probs, and the tokens they were computed for.
     assert len(ref_logp_tensors(tensors)) == len(stages["ranks"][0]["ref_logp"])

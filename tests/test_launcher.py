@@ -81,6 +81,30 @@ def test_a_replay_with_recover_on_is_launched_once():
     assert dump.config.recover.mode == "on"
 
 
+def test_an_unnamed_replay_is_launched_under_a_trial_of_its_own(tmp_path):
+    """The launcher's log goes where its trainers will run: the first
+    <trial>_replay<N> without a report, said in a note."""
+    import getpass
+
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    (rec / "manifest.json").write_text("{}")
+    args = argv(
+        f"cluster.fileroot={tmp_path}",
+        f"debug.path={rec}",
+        "debug.replay_rollout_data=true",
+    )
+    assert plan_launch(args).config.trial_name == "t0_replay"
+    kept = tmp_path / "logs" / getpass.getuser() / "tiny" / "t0_replay"
+    kept.mkdir(parents=True)
+    (kept / "replay_report.json").write_text("{}")
+    plan = plan_launch(args)
+    assert plan.config.trial_name == "t0_replay2"
+    assert any("runs as trial t0_replay2" in n for n in plan.notes)
+    # The trainers choose alike: nothing is added to their command line.
+    assert not any("replay_trial_name" in a for a in plan.argv)
+
+
 def test_replay_plan_rewrites_allocation_for_the_trainers_too():
     plan = plan_launch(
         argv("debug.replay_rollout_data=true", "allocation_mode=sglang:d2+fsdp:d2")

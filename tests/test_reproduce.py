@@ -14,7 +14,7 @@ from support.recordings import DROPOUT, SPMD_D1_STEPS
 pytestmark = [pytest.mark.areal, pytest.mark.spmd_recordings]
 
 
-def replay(recorded, trial, *overrides, path: str | None = None):
+def replay(recorded, trial, *overrides, path: str | None = None, named: bool = True):
     return run_torchrun(
         str(recorded.workdir),
         trial,
@@ -22,7 +22,7 @@ def replay(recorded, trial, *overrides, path: str | None = None):
         [
             *DROPOUT,
             "debug.replay_rollout_data=true",
-            f"debug.replay_trial_name={trial}",
+            *([f"debug.replay_trial_name={trial}"] if named else []),
             *([f"debug.path={path}"] if path else []),
             *overrides,
         ],
@@ -33,11 +33,18 @@ def test_restored_rng_makes_dropout_replay_bitwise(spmd_d1, spmd_d1_replay):
     assert spmd_d1_replay.returncode == 0, spmd_d1_replay.log[-3000:]
     report = replay_report(str(spmd_d1.workdir))
     assert_identical(report)
+    # The model is the recorded one, checked before step 0 trains.
+    assert (
+        "Replay: the model is the recorded one (the weights the dump run started "
+        "step 0 from: all " in spmd_d1_replay.log
+    )
+    assert report["model"]["status"] == "identical"
     assert report["summary"]["steps"] == SPMD_D1_STEPS
     # Bitwise stage by stage, the weights after each update included.
     assert report["first_divergence"] is None
     for entry in report["steps"]:
-        assert set(entry["stages"]) == {
+        # The model's digests at the first step only: each run's first.
+        assert set(entry["stages"]) - {"model"} == {
             "logp",
             "advantages",
             "loss",
@@ -119,13 +126,28 @@ def test_changed_hyperparameter_is_reported_at_its_first_divergence(
     step0 = stage_statuses(report["steps"][0])
     assert step0["logp"] == step0["advantages"] == "identical"
     assert "First divergent stage: loss at step 0" in run.log
-    assert "step 0: logp identical; advantages identical; loss differs" in run.log
+    # The model is the recorded one: the first stage walked at a run's first step.
+    assert (
+        "step 0: model identical; logp identical; advantages identical; loss differs"
+        in run.log
+    )
 
 
-def test_changed_advantage_normalisation_is_located_at_the_advantages(spmd_d1):
-    run = replay(spmd_d1, "advnorm", "total_train_steps=1", "actor.adv_norm=null")
+def test_changed_advantage_normalisation_is_located_at_the_advantages(
+    spmd_d1, spmd_d1_replay
+):
+    # Unnamed, after the identical replay of the whole recording (t0_replay):
+    # this one gets a trial of its own and leaves that report as it was.
+    kept = replay_report(str(spmd_d1.workdir))
+    run = replay(
+        spmd_d1, "advnorm", "total_train_steps=1", "actor.adv_norm=null", named=False
+    )
     assert run.returncode == 0, run.log[-3000:]
-    report = replay_report(str(spmd_d1.workdir), trial="advnorm")
+    assert "runs as trial t0_replay2; the earlier replays' reports (t0_replay)" in (
+        run.log
+    )
+    assert replay_report(str(spmd_d1.workdir)) == kept
+    report = replay_report(str(spmd_d1.workdir), trial="t0_replay2")
     staged = report["first_divergence"]
     assert (staged["step"], staged["stage"]) == (0, "advantages")
     assert staged["where"] == "trajectory 0 advantages"
@@ -148,6 +170,12 @@ def test_start_step_restores_the_kept_checkpoint_and_replays_bitwise(spmd_d1):
     report = replay_report(str(spmd_d1.workdir), trial="from3")
     assert [e["global_step"] for e in report["steps"]] == [3, 4]
     assert_identical(report)
+    # The weights restored are the dump run's after step 2, checked before step 3.
+    assert (
+        "Replay: the model is the recorded one (the dump run's weights after step 2: "
+        "all " in run.log
+    )
+    assert report["model"]["status"] == "identical"
     # And it is the dump's step 3, not a fresh start: grad norms match the recording.
     recorded = spmd_d1.run.stats_by_step()
     for entry in report["steps"]:
@@ -156,3 +184,44 @@ def test_start_step_restores_the_kept_checkpoint_and_replays_bitwise(spmd_d1):
             m["replayed"]
             == recorded[entry["global_step"]]["ppo_actor/update/grad_norm"]
         )
+
+
+def test_a_model_that_is_not_the_recorded_one_is_said_before_the_first_step(
+    spmd_d1, tmp_path
+):
+    """actor.path at a copy of the model with one weight nudged: the replay says
+    the model is not the recorded one, and which parameter, before step 0
+    trains; debug.fail_on_divergence stops it there (issue 39, point 2)."""
+    from safetensors.torch import load_file, save_file
+
+    model = tmp_path / "model"
+    shutil.copytree(spmd_d1.workdir / "model", model)
+    (weights,) = model.glob("*.safetensors")
+    tensors = load_file(weights)
+    name = next(n for n in sorted(tensors) if "layers.0" in n and "weight" in n)
+    tensors[name][0].add_(1e-3)
+    save_file(tensors, weights, metadata={"format": "pt"})
+    run = replay(
+        spmd_d1,
+        "othermodel",
+        "total_train_steps=2",
+        f"actor.path={model}",
+        "debug.fail_on_divergence=true",
+    )
+    assert run.returncode != 0
+    line = next(
+        x
+        for x in run.log.splitlines()
+        if "Replay: the model is not the recorded one:" in x
+    )
+    assert "the weights step 0 starts from differ from the weights the dump run" in line
+    assert "in 1 of " in line and f"actor.path is {model}" in line
+    assert "Stopping (debug.fail_on_divergence)" in line
+    report = replay_report(str(spmd_d1.workdir), trial="othermodel")
+    assert report["steps"] == []  # stopped before step 0 trained
+    result = report["model"]
+    assert result["status"] == "differs" and result["differing"] == 1
+    assert result["where"].endswith(name.removeprefix("model."))
+    assert report["headline"].startswith("the model is not the recorded one (1 of ")
+    # The story names the settings that explain it.
+    assert "you changed actor.path" in report["headline"]

@@ -103,8 +103,11 @@ def test_dump_records_one_shard_per_step_on_the_controller(sc_d2):
     # trajectories and FSDP shards, and gathered by the controller.
     stages, _ = reader.recorded_stages(0)
     assert [sorted(r) for r in stages["ranks"]] == [["advantages", "logp", "loss"]] * 2
-    assert sorted(stages["global"]) == ["grads", "weights"]
+    # The model's weights as the run started, once, at its first step.
+    assert sorted(stages["global"]) == ["grads", "model", "weights"]
     assert len(stages["global"]["weights"]) > 0
+    assert len(stages["global"]["model"]) > 0
+    assert "model" not in reader.recorded_stages(1)[0]["global"]
     assert_no_workers_left(sc_d2.workdir)
 
 
@@ -139,6 +142,11 @@ def test_replay_from_step_n_restores_the_kept_checkpoint(sc_d2):
     report = replay_report(str(wd), experiment=EXP, trial="sc_from2")
     assert [e["global_step"] for e in report["steps"]] == [2]
     assert_identical(report)
+    # The workers' restored weights are the dump run's after step 1.
+    assert (
+        "Replay: the model is the recorded one (the dump run's weights after step 1"
+        in (run.log)
+    )
     assert_no_workers_left(wd)
 
 
@@ -151,6 +159,9 @@ def test_single_controller_recording_replays_in_spmd_mode(sc_d2):
     assert report["topology"]["changed"] is True
     assert report["topology"]["replay_mode"] == "spmd"
     assert_finite_replay(report)
+    # Model digests are global (summed over the shards): the same model on any
+    # layout, in either mode.
+    assert report["model"]["status"] == "identical"
 
 
 # On the worker that records spmd_d1, beside other scheduler runs: a seed of its own.

@@ -698,3 +698,86 @@ def test_a_changed_learning_rate_with_one_mini_batch_is_located_at_its_weights(
     )
     assert report["headline"] == headline
     assert f"Replay story: {headline}" in run.log
+
+
+# -- the model: is it the recorded one? (issue 39, point 2) ------------------------------
+def probed_first_step(engine: FakeActor) -> tuple[dict, dict]:
+    """A run's first step: the actor's weights digested as it starts
+    (``digest_model``, merged as the replay's check merges them), then the step
+    as merge_global records it."""
+    from areal_debug import areal_compat
+    from areal_debug.stages.names import MODEL_STAGE
+    from areal_debug.stages.probes import StageProbes
+
+    probes, patches = StageProbes(), areal_compat.MethodPatches()
+    probes.install_engine("actor", engine, patches)
+    model = merge_global([{MODEL_STAGE: probes.digest_model(engine)}])
+    engine.compute_logp([0])
+    engine.compute_advantages([0])
+    engine.ppo_update(torch.linspace(-1, 1, 12).reshape(4, 3))
+    patches.remove_all()
+    return model["global"][MODEL_STAGE], merge_global([probes.take().digests])
+
+
+def test_a_model_that_is_not_the_recorded_one_is_named_before_the_step():
+    from areal_debug.stages.comparison import compare_model
+
+    recorded_model, recorded = probed_first_step(FakeActor())
+    # The dump's first step keeps the model's digests, one per parameter.
+    assert sorted(recorded["global"]["model"]) == ["bias", "weight"]
+    same, _ = probed_first_step(FakeActor())
+    result = compare_model(0, same, recorded, None)
+    assert (result["status"], result["compared"]) == ("identical", 2)
+    assert result["against"] == "the weights the dump run started step 0 from"
+
+    other = FakeActor()
+    with torch.no_grad():
+        other.model.bias[1] += 1e-3
+    replayed_model, replayed = probed_first_step(other)
+    result = compare_model(0, replayed_model, recorded, None)
+    assert result["status"] == "differs"
+    assert (result["where"], result["differing"], result["compared"]) == ("bias", 1, 2)
+    # At the step's end the model is the first stage walked: the step left the
+    # recording there, before any log-prob.
+    stages = compare_stages(recorded, replayed, True)
+    assert next(iter(stages)) == "model" and stages["model"]["where"] == "bias"
+    first = _report(stages)["first_divergence"]
+    assert (first["stage"], first["where"]) == ("model", "bias")
+    report = ReplayReport(
+        "rec", 0.0, 0.0, TopologyChange("spmd", "spmd", 1, 1, 1, 1), model=result
+    )
+    assert report.headline() == (
+        "the model is not the recorded one (1 of 2 parameters differ, first bias)"
+    )
+    assert report.to_json()["model"] == result
+
+
+def test_a_replay_from_a_kept_checkpoint_checks_the_weights_after_the_step_before():
+    from areal_debug.stages.comparison import compare_model
+    from areal_debug.stages.names import MODEL_STAGE
+    from areal_debug.stages.probes import StageProbes
+
+    engine = FakeActor()
+    _, step0 = probed_first_step(engine)  # engine now holds the weights after step 0
+    restored = merge_global([{MODEL_STAGE: StageProbes().digest_model(engine)}])
+    restored = restored["global"][MODEL_STAGE]
+    # The recording's step 1 has no model digest (its run did not start there).
+    result = compare_model(1, restored, {"ranks": [], "global": {}}, step0)
+    assert result["status"] == "identical" and result["compared"] == 2
+    assert result["against"] == "the dump run's weights after step 0"
+    # The initial weights are not those.
+    initial, _ = probed_first_step(FakeActor())
+    assert compare_model(1, initial, None, step0)["status"] == "differs"
+    # A recording without either: not checked, and why.
+    result = compare_model(0, initial, {"ranks": [], "global": {}}, None)
+    assert result["status"] == "not_compared"
+    assert "keeps no digest of the weights step 0 starts from" in result["reason"]
+    # Only one side digested the model at this step (each run digests it at its
+    # own first step): not compared at the step's end.
+    assert "model" in step0["global"]
+    without = {
+        **step0,
+        "global": {k: v for k, v in step0["global"].items() if k != "model"},
+    }
+    assert "model" not in compare_stages(step0, without, True)
+    assert "model" not in compare_stages(without, step0, True)

@@ -7,9 +7,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from areal_debug.recording.format import REPLAY_REPORT_NAME
 from areal_debug.stages.names import step_order
 
-REPORT_NAME = "replay_report.json"
+REPORT_NAME = REPLAY_REPORT_NAME
 
 
 @dataclass
@@ -113,6 +114,9 @@ class ReplayReport:
     # The training settings changed from the recording's (ConfigChange.to_json);
     # None where they were not compared (a recording without its config).
     config_changes: list[dict[str, Any]] | None = None
+    # The weights the replay's first step started from against the recording's
+    # (stages.comparison.compare_model, with actor_path); None: not checked.
+    model: dict[str, Any] | None = None
 
     def headline(self) -> str:
         """One line: how the replay went, and what was changed that can explain it."""
@@ -137,6 +141,19 @@ class ReplayReport:
                     f"left the recording at step {first['global_step']}: "
                     f"metric {first['metric']}"
                 )
+        model = self.model or {}
+        if model.get("status") == "differs":
+            not_recorded = (
+                f"the model is not the recorded one ({model['differing']} of "
+                f"{model['compared']} parameters differ, first {model['where']})"
+            )
+            staged = self.first_stage_divergence() or {}
+            # Its first divergent stage is the model itself: said once.
+            text = (
+                not_recorded
+                if staged.get("stage") == "model" or not steps
+                else f"{not_recorded}; {text}"
+            )
         if self.config_changes:
             text += "; you changed " + ", ".join(c["key"] for c in self.config_changes)
         if self.areal_change:
@@ -180,6 +197,7 @@ class ReplayReport:
             "first_divergence": self.first_stage_divergence(),
             "areal_change": self.areal_change,
             "config_changes": self.config_changes,
+            "model": self.model,
             "headline": self.headline(),
             "steps": [e.to_json() for e in steps],
         }
@@ -194,4 +212,5 @@ class ReplayReport:
             steps=[StepComparison.from_json(e) for e in data.get("steps", [])],
             areal_change=data.get("areal_change"),
             config_changes=data.get("config_changes"),
+            model=data.get("model"),
         )

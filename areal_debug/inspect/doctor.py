@@ -378,8 +378,9 @@ def _trial_and_trackers(reader: RecordingReader, config, kind: str) -> list[Find
                 "recorded run's own experiment and trial",
                 "its logs, checkpoints and trackers would be written into the "
                 "recorded run's (AReaL derives all of them from the two names)",
-                "leave debug.replay_trial_name unset (default <trial>_replay) or "
-                "give it another name",
+                "leave debug.replay_trial_name unset (default <trial>_replay, or "
+                "<trial>_replay2 and on when that holds a report) or give it "
+                "another name",
             )
         )
     if kind == "resume" and same:

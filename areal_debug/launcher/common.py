@@ -20,12 +20,13 @@ from areal_debug.backend_agreement import (
     override_key,
 )
 from areal_debug.config import (
-    REPLAY_TRIAL_SUFFIX,
     DebugConfigError,
     check_debug_keys,
     check_debug_section,
     check_recording,
     compose_with_debug_overrides,
+    earlier_replays_note,
+    replay_trial,
 )
 from areal_debug.determinism import DETERMINISM_ENV
 from areal_debug.launcher.allocation import (
@@ -108,10 +109,21 @@ def plan_launch(argv: list[str], resize_cluster: bool = False) -> LaunchPlan:
     if resize_cluster:
         _fit_cluster_to_training(cfg, alloc, plan)
     # The launcher's own log (trainer.log) belongs to the replay trial, like the
-    # trainer's logs; the trainer derives its trial from the original one itself.
-    cfg.trial_name = _select(cfg, "debug.replay_trial_name") or (
-        str(cfg.trial_name) + REPLAY_TRIAL_SUFFIX
-    )
+    # trainer's logs. Unnamed, the trainers choose it as the launcher does here
+    # (config.replay_trial): no report is written before they have all started.
+    named = _select(cfg, "debug.replay_trial_name")
+    if named:
+        cfg.trial_name = named
+    else:
+        fresh = replay_trial(
+            str(_select(cfg, "cluster.fileroot")),
+            str(cfg.experiment_name),
+            str(cfg.trial_name),
+        )
+        note = earlier_replays_note(str(cfg.trial_name), fresh)
+        if note:
+            plan.notes.append(note)
+        cfg.trial_name = fresh
     _run_replay_once(cfg, plan)
     return plan
 

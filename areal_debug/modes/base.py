@@ -15,6 +15,7 @@ from areal_debug.logs import get_logger
 from areal_debug.modes.step_clock import StepClock
 from areal_debug.single_controller.probed_engines import WorkerStageProbes
 from areal_debug.stages.digest import merge_global
+from areal_debug.stages.names import MODEL_STAGE
 from areal_debug.stages.probes import StageProbes
 from areal_debug.stages.record import StageRecord
 
@@ -97,6 +98,7 @@ class ActiveMode(DebugMode):
         # In-process probes (SPMD) or the workers' (single-controller), when on.
         self.stage_probes: StageProbes | WorkerStageProbes | None = None
         self.worker_probes = WorkerStageProbes()
+        self._model_digested = False
 
     def prepare(self, config, train_dataset, valid_dataset):
         self.config = config
@@ -147,6 +149,11 @@ class ActiveMode(DebugMode):
         """The coordinator, with every rank's stage digests of the step (merged),
         before ``on_step_stats``; ``tensors`` those kept in full; the reference
         model's forward passes over all ranks (None: no reference model)."""
+
+    def on_model_digest(self, step: int, model: dict[str, list]) -> None:
+        """The coordinator, with the actor's weights as the run's first step
+        ``step`` starts (merged "model" digests: ``{parameter: [hex, None]}``),
+        before the step trains."""
 
     def before_train(self, start: int, workflow, total_epochs):
         return workflow
@@ -202,10 +209,24 @@ class ActiveMode(DebugMode):
     def _clocked(self, prepare_batch: Callable) -> Callable:
         def prepare_and_advance(*args, **kwargs):
             batch = prepare_batch(*args, **kwargs)
-            self.on_batch_ready(self.clock.advance())
+            step = self.clock.advance()
+            self.on_batch_ready(step)
+            if not self._model_digested:
+                self._digest_model(step)
             return batch
 
         return prepare_and_advance
+
+    def _digest_model(self, step: int) -> None:
+        """Once, when the first step's batch is ready: AReaL has restored any
+        checkpoint by then, and the step has not trained yet."""
+        self._model_digested = True
+        if self.stage_probes is None:
+            return
+        per_rank = self.topology.digest_model(self.trainer, self.stage_probes)
+        if per_rank is not None:
+            merged = merge_global([{MODEL_STAGE: d} for d in per_rank])
+            self.on_model_digest(step, merged["global"].get(MODEL_STAGE, {}))
 
     def failed_init(self) -> None:
         self.patches.remove_all()

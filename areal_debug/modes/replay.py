@@ -24,6 +24,7 @@ from areal_debug.compare.config_changes import (
     training_changes,
 )
 from areal_debug.compare.report import REPORT_NAME
+from areal_debug.config import earlier_replays_note, replaced_report_note
 from areal_debug.logs import get_logger
 from areal_debug.modes import replay_setup
 from areal_debug.modes.base import ActiveMode
@@ -172,6 +173,8 @@ class ReplayMode(ActiveMode):
         if areal_change is not None and self.topology.is_coordinator():
             logger.warning(f"{areal_change}: {areal_compat.AREAL_CHANGE_MOVES}.")
         report = os.path.join(areal_compat.stats_log_dir(self.trainer), REPORT_NAME)
+        if self.topology.is_coordinator():
+            self._say_where_the_report_goes(report)
         self.comparison = ReplayComparison(
             self.reader, self.debug, topology, report, self._recorded_stages
         )
@@ -189,6 +192,19 @@ class ReplayMode(ActiveMode):
             )
         if self.topology.is_coordinator():
             logger.info(story)
+
+    def on_model_digest(self, step: int, model: dict[str, list]) -> None:
+        self.comparison.check_model(step, model, str(self.trainer.config.actor.path))
+
+    def _say_where_the_report_goes(self, report: str) -> None:
+        """A replay under a fresh trial says which earlier reports it kept; one
+        named onto an earlier replay's trial says that it replaces its report."""
+        name = self.debug.replay_trial_name or ""
+        note = earlier_replays_note(self.reader.manifest.trial_name, name)
+        if note:
+            logger.info(note)
+        elif os.path.exists(report):
+            logger.warning(replaced_report_note(name, report))
 
     # -- each step -----------------------------------------------------------------
     def on_batch_ready(self, step: int) -> None:

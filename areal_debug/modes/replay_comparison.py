@@ -14,7 +14,7 @@ from areal_debug.recording.atomic import atomic_write_json
 from areal_debug.recording.format import RecordingError
 from areal_debug.recording.manifest import Layout
 from areal_debug.recording.reader import RecordingReader
-from areal_debug.stages.comparison import compare_stages
+from areal_debug.stages.comparison import compare_model, compare_stages
 
 # The replay report's per-step timing of what the loop waited for recorded data.
 REPLAY_WAIT = "replay/wait_for_data"
@@ -85,6 +85,44 @@ class ReplayComparison:
             compared["ref_logp"]["source"] = ref_source
             compared["ref_logp"]["reference_forwards"] = ref_forwards
         self._stages[step] = compared
+
+    def check_model(self, step: int, model: dict[str, list], actor_path: str) -> None:
+        """The replay's weights as its first step starts against the recording's
+        (``compare_model``): said plainly, kept in the report (written now),
+        and with debug.fail_on_divergence a model that is not the recorded one
+        stops the replay before the step trains."""
+        result = compare_model(
+            step,
+            model,
+            self._recorded_stages(step)[0],
+            self.reader.recorded_stages(step - 1)[0] if step > 0 else None,
+        )
+        result["actor_path"] = actor_path
+        self.report.model = result
+        atomic_write_json(self.report_path, self.report.to_json())
+        status = result["status"]
+        if status == "identical":
+            logger.info(
+                f"Replay: the model is the recorded one ({result['against']}: "
+                f"all {result['compared']} parameters identical)."
+            )
+            return
+        if status != "differs":
+            logger.info(f"Replay: the model is not checked: {result['reason']}.")
+            return
+        recorded_config = self.reader.manifest.config or {}
+        recorded_path = (recorded_config.get("actor") or {}).get("path")
+        msg = (
+            f"Replay: the model is not the recorded one: the weights step {step} "
+            f"starts from differ from {result['against']} in {result['differing']} "
+            f"of {result['compared']} parameters, first {result['where']}. "
+            f"actor.path is {actor_path}"
+            + (f", the dump run's was {recorded_path}" if recorded_path else "")
+            + "."
+        )
+        if self.fail_on_divergence:
+            raise RecordingError(msg + " Stopping (debug.fail_on_divergence).")
+        logger.warning(msg)
 
     def add_step(self, step: int, stats: dict[str, Any], wait: float | None) -> None:
         """The step's statistics; the report is rewritten, a divergence reported."""

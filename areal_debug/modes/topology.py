@@ -123,6 +123,12 @@ class Topology:
         elsewhere)."""
         return None
 
+    def digest_model(self, trainer, probes) -> list | None:
+        """Every rank's digests of the actor's weights as the first step starts
+        (``StageProbes.digest_model``) on the coordinator (None elsewhere, or
+        where a rank's failed)."""
+        return None
+
 
 class SpmdTopology(Topology):
     name = SPMD
@@ -167,6 +173,10 @@ class SpmdTopology(Topology):
 
     def gather_stages(self, trainer, probes) -> list | None:
         return self._gather(trainer, probes.take())
+
+    def digest_model(self, trainer, probes) -> list | None:
+        gathered = self._gather(trainer, probes.digest_model(trainer.actor))
+        return None if gathered is None or None in gathered else gathered
 
     def _gather(self, trainer, local: Any) -> list | None:
         gathered: list = [None] * dist.get_world_size()
@@ -273,6 +283,9 @@ class SingleControllerTopology(Topology):
 
     def gather_stages(self, trainer, probes) -> list | None:
         return probes.take()
+
+    def digest_model(self, trainer, probes) -> list | None:
+        return probes.digest_model()
 
     def patch_actor(self, trainer, patches) -> None:
         """AReaL's ``clear_batches`` at step end drops the workers' copies of the

@@ -31,6 +31,10 @@ from typing import Any
 # plain torch.save files and load unchanged: no migration step is needed.
 FORMAT_VERSION = 2
 SUPPORTED_FORMAT_VERSIONS = (1, 2)
+# What a replay writes into its (AReaL) log directory. Named here, below every
+# layer that reads or writes it, so the choice of a replay's trial (config) and
+# the report itself (compare) name the same file.
+REPLAY_REPORT_NAME = "replay_report.json"
 
 
 class Codec(StrEnum):

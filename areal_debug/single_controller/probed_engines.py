@@ -48,6 +48,14 @@ class StageProbedEngine:
         """The step's recorded reference log-probs (``encode_tensors``, all ranks')."""
         self._stage_probes.recorded_ref.hand_over(step, decode_tensors(text))
 
+    def digest_model(self) -> list[dict[str, list] | None]:
+        """Every rank's digests of this (actor) engine's weights as the run's
+        first step starts (``StageProbes.digest_model``), gathered over its ranks."""
+        local = None
+        if self._stage_probes is not None:
+            local = self._stage_probes.digest_model(self)
+        return self._gathered(local)
+
     def take_stage_digests(self) -> list[dict[str, Any]]:
         """Every rank's ``StageRecord`` of the step, gathered over this engine's
         ranks, as ``StageRecord.to_dict`` plain values: AReaL's RPC carries those."""
@@ -55,7 +63,10 @@ class StageProbedEngine:
             local = StageRecord(None)  # never configured: no digests
         else:
             local = self._stage_probes.take()
-        wire = local.to_dict()
+        return self._gathered(local.to_dict())
+
+    def _gathered(self, wire: Any) -> list:
+        """``wire`` of every rank of this engine, in rank order."""
         if not dist.is_initialized():
             return [wire]
         gathered: list = [None] * dist.get_world_size(self.cpu_group)
@@ -117,6 +128,15 @@ class WorkerStageProbes:
                     step,
                     encode_tensors(tensors),
                 )
+
+    def digest_model(self) -> list | None:
+        """The actor's workers' digests of its weights (every rank's), None where
+        there is no probed actor or a rank's failed."""
+        for role, controller in self.controllers:
+            if role == "actor":
+                gathered = _call_engines(controller, StageProbedEngine.digest_model)
+                return None if None in gathered else gathered
+        return None
 
     def take(self) -> list[StageRecord]:
         """Every worker rank's step: the union of its engines' stages."""

@@ -24,6 +24,7 @@ import torch
 
 from areal_debug.stages.names import (
     GLOBAL_STAGES,
+    MODEL_STAGE,
     STAGES,
     UPDATE_STAGES,
     WEIGHTS_PER_MINI_BATCH,
@@ -53,6 +54,8 @@ def compare_stages(
             rep = replayed.get("global", {}).get(stage)
             if rec is None and rep is None:
                 continue
+            if stage == MODEL_STAGE and (rec is None or rep is None):
+                continue  # each run digests the model at its own first step only
             rec, rep, after_update = _in_common(stage, recorded, replayed, rec, rep)
             out[stage] = _compare_entries(stage, rec, rep)
             if after_update:
@@ -73,6 +76,37 @@ def compare_stages(
             stage, rec_ranks, rep_ranks, recorded_tensors, replayed_tensors
         )
     return out
+
+
+def compare_model(
+    step: int,
+    replayed: dict[str, list],
+    recorded_step: dict[str, Any] | None,
+    recorded_before: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The replay's weights as its first step ``step`` starts (merged "model"
+    digests) against the recording's: the dump run's own "model" digests when
+    that run started at ``step`` too, else the weights after the update of step
+    ``step - 1`` (what a kept checkpoint restored). ``against`` says which;
+    status ``not_compared`` (with ``reason``) when the recording has neither."""
+    own = (recorded_step or {}).get("global", {}).get(MODEL_STAGE)
+    if own is not None:
+        result = _compare_entries(MODEL_STAGE, own, replayed)
+        result["against"] = f"the weights the dump run started step {step} from"
+        return result
+    weights = (recorded_before or {}).get("global", {}).get("weights")
+    if step > 0 and weights is not None:
+        if recorded_before.get(WEIGHTS_PER_MINI_BATCH):
+            weights = _after_update(weights)
+        result = _compare_entries(MODEL_STAGE, weights, replayed)
+        result["against"] = f"the dump run's weights after step {step - 1}"
+        return result
+    return {
+        "status": "not_compared",
+        "reason": f"the recording keeps no digest of the weights step {step} "
+        "starts from (made by an earlier areal-debug, or with "
+        "debug.stage_digests=false)",
+    }
 
 
 # The reason given when the weights are compared after the update only.

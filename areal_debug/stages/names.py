@@ -9,7 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 # The order a PPO step runs its stages in; "stats" are the committed statistics.
+# "model": the actor's weights as a run's first step starts (after any checkpoint
+# is restored), digested once per run: is the model the recorded one?
 STAGES = (
+    "model",
     "logp",
     "ref_logp",
     "values",
@@ -23,7 +26,9 @@ STAGES = (
 TOKEN_STAGES = ("logp", "ref_logp", "values", "advantages")
 # Stages whose digests are summed over data-parallel ranks (one global value per
 # parameter); the others are per rank (each rank's own trajectories and micro-batches).
-GLOBAL_STAGES = ("grads", "weights")
+GLOBAL_STAGES = ("model", "grads", "weights")
+# Digested once, at a run's first step: compared only where both sides have it.
+MODEL_STAGE = "model"
 # The stages of the update, run once per mini-batch (its micro-batches' losses, its
 # gradients, the weights after its optimizer step): a step walks them mini-batch by
 # mini-batch, each in this order.

@@ -7,7 +7,8 @@ the training process (SPMD mode) or in each RPC worker's engine
 recomputes, the reference log-probs and critic values, the advantages and
 returns, and per mini-batch: each micro-batch's loss, each parameter's gradient
 before clipping (with its norm) and the weights after the mini-batch's optimizer
-step. ``take()`` hands over one step's ``StageRecord``.
+step. Once per run, as its first step starts, the actor's weights ("model": is it
+the recorded one?). ``take()`` hands over one step's ``StageRecord``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,12 @@ from areal_debug import areal_compat
 from areal_debug.logs import get_logger
 from areal_debug.stages import mismatch
 from areal_debug.stages.digest import StageLog
-from areal_debug.stages.names import mini_batch_name, tokens_name, trajectory_name
+from areal_debug.stages.names import (
+    MODEL_STAGE,
+    mini_batch_name,
+    tokens_name,
+    trajectory_name,
+)
 from areal_debug.stages.record import StageRecord
 from areal_debug.stages.recorded_ref_logp import RecordedRefLogp
 
@@ -263,13 +269,39 @@ class StageProbes:
         ]
         self._add_shards("weights", weights)
 
+    def digest_model(self, actor) -> dict[str, list] | None:
+        """The actor's weights as a run's first step starts (any checkpoint
+        restored): into this step's record as the global stage "model", and
+        returned as this rank's shard sums (``{parameter: [s1, s2, None]}``,
+        ``merge_global`` adds the ranks') for the replay's check before the
+        step. None when digesting failed (it said why)."""
+        named = [
+            (name, param) for name, param in areal_compat.engine_named_parameters(actor)
+        ]
+        out: list = []
+
+        def work() -> None:
+            self._add_shards(MODEL_STAGE, named)
+            alone = StageLog()
+            alone.add_many(MODEL_STAGE, _local_shards(named))
+            out.append(alone.to_host().get(MODEL_STAGE, {}))
+
+        self._digest(MODEL_STAGE, work)
+        return out[0] if out else None
+
     def _add_shards(self, stage: str, named: list, norm: bool = False) -> None:
-        items = []
-        for name, t in named:
-            local, offset = local_shard(t)
-            if local is not None:
-                items.append((name, local, offset))
-        self.log.add_many(stage, items, norm=norm)
+        self.log.add_many(stage, _local_shards(named), norm=norm)
+
+
+def _local_shards(named: list) -> list[tuple[str, torch.Tensor, int]]:
+    """``(name, this rank's part, its flat offset)`` of each tensor this rank
+    counts (``local_shard``)."""
+    items = []
+    for name, t in named:
+        local, offset = local_shard(t)
+        if local is not None:
+            items.append((name, local, offset))
+    return items
 
 
 def stage_methods(role: str) -> tuple[str, ...]:
