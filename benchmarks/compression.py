@@ -31,7 +31,8 @@ from rlvr_batch import padded_rlvr_batch  # noqa: E402
 
 from areal_debug.recording.format import DEFAULT_ZSTD_LEVEL  # noqa: E402
 from areal_debug.recording.reader import RecordingReader  # noqa: E402
-from areal_debug.recording.writer import RecordingWriter, write_manifest  # noqa: E402
+from areal_debug.recording.writer.recording_writer import RecordingWriter  # noqa: E402
+from areal_debug.recording.writer.start import write_manifest  # noqa: E402
 
 LEVELS = (-3, -1, 1, 3, 6, 10)
 

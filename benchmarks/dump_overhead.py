@@ -51,7 +51,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from figures import median_figure, paired, repeat  # noqa: E402
 
-from areal_debug.recording.writer import RecordingWriter, write_manifest  # noqa: E402
+from areal_debug.recording.writer.recording_writer import RecordingWriter  # noqa: E402
+from areal_debug.recording.writer.start import write_manifest  # noqa: E402
 
 PATHS = (("accelerator", False), ("cpu", True))
 # This VM's disk writes and fsyncs 17 MiB at its own speed, ~270-360 MiB/s, or,

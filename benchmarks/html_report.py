@@ -28,7 +28,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from figures import median_figure, repeat  # noqa: E402
 
 from areal_debug.inspect.html_report import build_report  # noqa: E402
-from areal_debug.recording.writer import RecordingWriter, write_manifest  # noqa: E402
+from areal_debug.recording.writer.recording_writer import RecordingWriter  # noqa: E402
+from areal_debug.recording.writer.start import write_manifest  # noqa: E402
 from areal_debug.tooling.tiny_task import build_tiny_model  # noqa: E402
 
 PROMPTS, GROUP, LENGTH, PROMPT_LEN = 64, 8, 2048, 256

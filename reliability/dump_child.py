@@ -24,12 +24,13 @@ import sys
 import time
 from types import SimpleNamespace
 
-from areal_debug.recording import checkpoints, payload_process
+from areal_debug.recording import checkpoints
 from areal_debug.recording.codecs import PayloadSink
 from areal_debug.recording.format import kept_steps
 from areal_debug.recording.lock import RecordingLock
 from areal_debug.recording.retention import RetentionPolicy
-from areal_debug.recording.writer import (
+from areal_debug.recording.writer.process import client
+from areal_debug.recording.writer.start import (
     supersede_steps,
     sweep_leftovers,
     write_manifest,
@@ -70,7 +71,7 @@ class KillAt:
             # The writer process runs reliability.writer_child, which installs
             # the same kill point there (read from the environment it inherits).
             os.environ[WRITER_KILL_ENV] = json.dumps([point, n])
-            payload_process.CHILD_MODULE = "reliability.writer_child"
+            client.CHILD_MODULE = "reliability.writer_child"
 
     def reached(self, kind: str, path: str = "") -> None:
         if kind != self.kind or (self.pattern and not self.pattern.search(path)):

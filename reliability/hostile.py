@@ -44,7 +44,7 @@ from areal_debug.recording.format import (
     teacher_payload_name,
 )
 from areal_debug.recording.packed_payload import pack
-from areal_debug.recording.writer import save_payload
+from areal_debug.recording.writer.payload_file import save_payload
 from reliability import recording
 from reliability.tally import Tally
 

@@ -11,7 +11,8 @@ import torch
 from areal_debug.modes import rng_state
 from areal_debug.recording.format import FORMAT_VERSION, RecordingError
 from areal_debug.recording.reader import RecordingReader
-from areal_debug.recording.writer import RecordingWriter, write_manifest
+from areal_debug.recording.writer.recording_writer import RecordingWriter
+from areal_debug.recording.writer.start import write_manifest
 
 NUM_SHARDS = 2
 STEPS = (0, 1)

@@ -125,8 +125,9 @@ def test_processes_that_need_no_areal_load_none():
         return json.loads(out.strip().splitlines()[-1])
 
     assert not loads_areal(
-        "areal_debug.recording.payload_process",
-        "areal_debug.recording.writer",
+        "areal_debug.recording.writer.process.client",
+        "areal_debug.recording.writer.process.server",
+        "areal_debug.recording.writer.recording_writer",
         "areal_debug.recording.checkpoints",
         "areal_debug.tooling.cpu_server",
         "areal_debug.modes.rng_state",

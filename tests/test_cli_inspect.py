@@ -21,7 +21,9 @@ from areal_debug.recording.atomic import atomic_write_json
 from areal_debug.recording.format import STEP_META, shard_meta_name, step_dirname
 from areal_debug.recording.packed_payload import pack
 from areal_debug.recording.reader import RecordingReader
-from areal_debug.recording.writer import RecordingWriter, save_payload, write_manifest
+from areal_debug.recording.writer.payload_file import save_payload
+from areal_debug.recording.writer.recording_writer import RecordingWriter
+from areal_debug.recording.writer.start import write_manifest
 
 CONFIG = os.path.join(os.path.dirname(__file__), "configs", "tiny_fake.yaml")
 

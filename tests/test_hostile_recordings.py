@@ -20,7 +20,7 @@ from areal_debug.recording.format import (
     step_dirname,
 )
 from areal_debug.recording.reader import RecordingReader
-from areal_debug.recording.writer import save_payload
+from areal_debug.recording.writer.payload_file import save_payload
 from reliability import hostile, recording
 
 

@@ -31,7 +31,7 @@ from areal_debug.compare.report import (
 from areal_debug.compare.statistics import compare_values
 from areal_debug.inspect import html_report
 from areal_debug.recording.reader import RecordingReader
-from areal_debug.recording.writer import RecordingWriter
+from areal_debug.recording.writer.recording_writer import RecordingWriter
 
 MAX_PAGE_BYTES = 5 * 2**20
 GRAD_NORM = "ppo_actor/update/grad_norm"

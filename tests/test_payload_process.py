@@ -17,16 +17,16 @@ from support.waiting import wait_until
 from support.writer_reporting_sys_path import REPORT_ENV
 
 import areal_debug
-from areal_debug.recording import payload_process, payload_router, step_files
 from areal_debug.recording.format import RecordingError, shard_meta_name
 from areal_debug.recording.packed_payload import pack, plan, unpack
-from areal_debug.recording.payload_process import (
-    PayloadProcess,
-    describe_packed,
-    save_payload,
-)
 from areal_debug.recording.reader import RecordingReader
-from areal_debug.recording.writer import RecordingWriter, write_manifest
+from areal_debug.recording.writer import router, step_files
+from areal_debug.recording.writer.payload_file import save_payload
+from areal_debug.recording.writer.payload_rules import describe_packed
+from areal_debug.recording.writer.process import client, memory
+from areal_debug.recording.writer.process.client import PayloadProcess
+from areal_debug.recording.writer.recording_writer import RecordingWriter
+from areal_debug.recording.writer.start import write_manifest
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
@@ -118,7 +118,7 @@ def test_the_writer_process_writes_the_shard_metadata_the_thread_would(
         written.append(os.path.basename(path))
         real(path, obj)
 
-    for module in (step_files, payload_router):
+    for module in (step_files, router):
         monkeypatch.setattr(module, "atomic_write_json", recording_write)
     metas = {}
     for use_process in (True, False):
@@ -147,11 +147,9 @@ def test_where_memory_may_not_be_read_payloads_go_through_shared_memory(
     tmp_path, monkeypatch
 ):
     monkeypatch.setenv("PYTHONPATH", TESTS)
-    monkeypatch.setattr(
-        payload_process, "CHILD_MODULE", "support.writer_without_memory_reads"
-    )
+    monkeypatch.setattr(client, "CHILD_MODULE", "support.writer_without_memory_reads")
     process = PayloadProcess()
-    monkeypatch.setattr(payload_process, "shared", lambda: process)
+    monkeypatch.setattr(client, "shared", lambda: process)
     path = str(tmp_path)
     write_manifest(path, manifest())
     w = RecordingWriter(path, shard=0, num_shards=1, steps_per_epoch=10)
@@ -192,7 +190,7 @@ def test_its_errors_come_back_with_their_errno_and_it_serves_on(
 PARENT = """
 import sys, time, torch
 from areal_debug.recording.packed_payload import pack
-from areal_debug.recording.payload_process import PayloadProcess
+from areal_debug.recording.writer.process.client import PayloadProcess
 p = PayloadProcess()
 p.store(sys.argv[1], pack([{"x": torch.arange(10)}]), "zstd", 1, False)
 print(p._proc.pid, flush=True)
@@ -243,8 +241,8 @@ def test_a_writer_process_that_cannot_start_leaves_the_writer_thread_to_store(
     tmp_path, monkeypatch
 ):
     process = PayloadProcess()
-    monkeypatch.setattr(payload_process, "shared", lambda: process)
-    monkeypatch.setattr(payload_process, "CHILD_MODULE", "no_such_module_here")
+    monkeypatch.setattr(client, "shared", lambda: process)
+    monkeypatch.setattr(client, "CHILD_MODULE", "no_such_module_here")
     path = str(tmp_path)
     write_manifest(path, manifest())
     w = RecordingWriter(path, shard=0, num_shards=1, steps_per_epoch=10)
@@ -260,7 +258,7 @@ def test_a_writer_process_killed_mid_run_stops_the_recording_not_training(
     tmp_path, monkeypatch
 ):
     process = PayloadProcess()
-    monkeypatch.setattr(payload_process, "shared", lambda: process)
+    monkeypatch.setattr(client, "shared", lambda: process)
     path = str(tmp_path)
     write_manifest(path, manifest())
     w = RecordingWriter(path, shard=0, num_shards=1, steps_per_epoch=10)
@@ -285,14 +283,14 @@ def yama_scope_1(tmp_path, monkeypatch) -> list[int]:
     prctl(PR_SET_PTRACER) calls recorded instead of made: the pids given, in order."""
     scope = tmp_path / "ptrace_scope"
     scope.write_text("1\n")
-    monkeypatch.setattr(payload_process, "YAMA_SCOPE", str(scope))
+    monkeypatch.setattr(memory, "YAMA_SCOPE", str(scope))
     calls: list[int] = []
 
     def recorded(pid: int) -> bool:
         calls.append(pid)
         return True
 
-    monkeypatch.setattr(payload_process, "_set_ptracer", recorded)
+    monkeypatch.setattr(memory, "_set_ptracer", recorded)
     return calls
 
 
@@ -347,13 +345,11 @@ def test_the_writer_process_imports_the_standard_library_first_and_this_package(
     report = tmp_path / "sys-path.json"
     monkeypatch.setenv(REPORT_ENV, str(report))
     monkeypatch.setenv("PYTHONPATH", TESTS)
-    monkeypatch.setattr(
-        payload_process, "CHILD_MODULE", "support.writer_reporting_sys_path"
-    )
+    monkeypatch.setattr(client, "CHILD_MODULE", "support.writer_reporting_sys_path")
     # Not the checkout: the current directory is on its sys.path ('' of -c).
     monkeypatch.chdir(tmp_path)
-    root = site.getsitepackages()[0] if installed else payload_process._package_root()
-    monkeypatch.setattr(payload_process, "_package_root", lambda: root)
+    root = site.getsitepackages()[0] if installed else client._package_root()
+    monkeypatch.setattr(client, "_package_root", lambda: root)
     process = PayloadProcess()
     try:
         process.store(str(tmp_path / "x.pt"), pack(batch(8)), "zstd", 1, False)

@@ -9,7 +9,7 @@ import pytest
 
 from areal_debug.recording.format import RecordingError
 from areal_debug.recording.lock import RecordingLock, writer_of
-from areal_debug.recording.writer import sweep_leftovers
+from areal_debug.recording.writer.start import sweep_leftovers
 from reliability import concurrent, crash, full_disk, read_only
 
 

@@ -15,7 +15,8 @@ from areal_debug.recording.retention import (
     parse_steps,
     plan,
 )
-from areal_debug.recording.writer import RecordingWriter, write_manifest
+from areal_debug.recording.writer.recording_writer import RecordingWriter
+from areal_debug.recording.writer.start import write_manifest
 
 
 def test_step_specs_parse_and_bad_ones_say_how_to_write_them():

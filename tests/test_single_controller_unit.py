@@ -151,7 +151,8 @@ def test_writer_awaits_a_fetched_batch_on_its_own_thread(tmp_path):
     from concurrent.futures import Future
 
     from areal_debug.recording.reader import RecordingReader
-    from areal_debug.recording.writer import RecordingWriter, write_manifest
+    from areal_debug.recording.writer.recording_writer import RecordingWriter
+    from areal_debug.recording.writer.start import write_manifest
 
     path = str(tmp_path / "rec")
     write_manifest(

@@ -11,8 +11,14 @@ from test_store import assert_batches_equal, manifest, traj
 
 from areal_debug.recording.packed_payload import unpack
 from areal_debug.recording.reader import RecordingReader
-from areal_debug.recording.snapshot import ChangedInPlace, PendingCopy, Snapshotter
-from areal_debug.recording.writer import RecordingWriter, logger, write_manifest
+from areal_debug.recording.writer.jobs import logger
+from areal_debug.recording.writer.recording_writer import RecordingWriter
+from areal_debug.recording.writer.snapshot import (
+    ChangedInPlace,
+    PendingCopy,
+    Snapshotter,
+)
+from areal_debug.recording.writer.start import write_manifest
 
 
 def held_pool() -> tuple[ThreadPoolExecutor, threading.Event]:
@@ -147,7 +153,7 @@ def test_a_packed_table_pointing_outside_its_buffer_is_refused():
 
 
 def test_packed_description_matches_a_per_trajectory_count():
-    from areal_debug.recording.payload_rules import describe_batch
+    from areal_debug.recording.writer.payload_rules import describe_batch
 
     batch = []
     for i in range(5):

@@ -167,7 +167,8 @@ def test_stages_round_trip_through_the_recording_and_damage_is_named(tmp_path):
 
     from areal_debug.recording.format import STAGE_TENSORS, step_dirname
     from areal_debug.recording.reader import RecordingReader
-    from areal_debug.recording.writer import RecordingWriter, write_manifest
+    from areal_debug.recording.writer.recording_writer import RecordingWriter
+    from areal_debug.recording.writer.start import write_manifest
 
     path = str(tmp_path / "rec")
     write_manifest(path, manifest())
@@ -569,7 +570,8 @@ def test_a_recording_with_the_weights_once_per_step_still_compares(tmp_path):
 
     from areal_debug.recording.format import step_dirname
     from areal_debug.recording.reader import RecordingReader
-    from areal_debug.recording.writer import RecordingWriter, write_manifest
+    from areal_debug.recording.writer.recording_writer import RecordingWriter
+    from areal_debug.recording.writer.start import write_manifest
 
     # A stages.json exactly as the previous version wrote it.
     recorded_new = probed_step(FakeActor())

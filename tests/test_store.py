@@ -19,12 +19,9 @@ from areal_debug.recording.format import (
 )
 from areal_debug.recording.packed_payload import pack
 from areal_debug.recording.reader import RecordingReader, format_ranges
-from areal_debug.recording.snapshot import snapshot_batch
-from areal_debug.recording.writer import (
-    RecordingWriter,
-    supersede_steps,
-    write_manifest,
-)
+from areal_debug.recording.writer.recording_writer import RecordingWriter
+from areal_debug.recording.writer.snapshot import snapshot_batch
+from areal_debug.recording.writer.start import supersede_steps, write_manifest
 
 
 def traj(seed: int, group: int = 2, length: int = 5) -> dict:
@@ -44,9 +41,9 @@ def traj(seed: int, group: int = 2, length: int = 5) -> dict:
 def patch_writer(monkeypatch, name: str, fake) -> None:
     """Replace ``name`` (save_payload, atomic_write_json) in every module of the
     writer that calls it."""
-    from areal_debug.recording import payload_router, step_files, stop_marker
+    from areal_debug.recording.writer import router, step_files, stop_marker
 
-    for module in (payload_router, step_files, stop_marker):
+    for module in (router, step_files, stop_marker):
         if hasattr(module, name):
             monkeypatch.setattr(module, name, fake)
 
@@ -311,9 +308,10 @@ def test_a_full_disk_stops_the_recording_where_it_failed(tmp_path, monkeypatch):
     import logging
 
     from areal_debug.cli import main
-    from areal_debug.recording import writer as store_writer
+    from areal_debug.recording.writer.jobs import logger
+    from areal_debug.recording.writer.payload_file import save_payload
 
-    real = store_writer.save_payload
+    real = save_payload
 
     def disk_full_from_step_2(path, obj, *args):
         if step_dirname(2) in path:
@@ -324,8 +322,8 @@ def test_a_full_disk_stops_the_recording_where_it_failed(tmp_path, monkeypatch):
     errors: list[str] = []
     handler = logging.Handler(logging.ERROR)
     handler.emit = lambda record: errors.append(record.getMessage())
-    store_writer.logger.addHandler(handler)
-    monkeypatch.setattr(store_writer.logger, "disabled", False)
+    logger.addHandler(handler)
+    monkeypatch.setattr(logger, "disabled", False)
     write_manifest(str(tmp_path), manifest())
     # On the writer thread, where save_payload is patched (a real full disk in
     # the writer process: test_write_failures).
@@ -336,7 +334,7 @@ def test_a_full_disk_stops_the_recording_where_it_failed(tmp_path, monkeypatch):
         w.submit_batch(step, [traj(step)])
         w.submit_stats(step, {"loss": float(step)})
     w.close()
-    store_writer.logger.removeHandler(handler)
+    logger.removeHandler(handler)
     reader = RecordingReader(str(tmp_path))
     assert reader.available_steps() == [0, 1]
     assert_batches_equal([traj(1)], reader.load_shard(1, 0))
@@ -361,10 +359,10 @@ def test_only_batches_wait_for_the_writer(tmp_path, monkeypatch):
     step's batch waits for a free place."""
     import threading
 
-    from areal_debug.recording import writer as store_writer
+    from areal_debug.recording.writer.payload_file import save_payload
 
     started, release = threading.Event(), threading.Event()
-    real = store_writer.save_payload
+    real = save_payload
 
     def held(*args, **kwargs):
         started.set()
@@ -415,9 +413,9 @@ def test_a_stop_after_a_steps_batch_keeps_the_step_and_says_what_it_lacks(
     import errno
 
     from areal_debug.cli import main
-    from areal_debug.recording import writer as store_writer
+    from areal_debug.recording.atomic import atomic_write_json
 
-    real = store_writer.atomic_write_json
+    real = atomic_write_json
 
     def full_at_stats_of_step_2(path, obj):
         if path.endswith(os.path.join(step_dirname(2), "stats.json")):
@@ -462,7 +460,7 @@ def test_accelerator_snapshot_copies_containers_not_tensors():
 
 
 def test_policy_version_ignores_prompt_and_padding():
-    from areal_debug.recording.payload_rules import describe_batch
+    from areal_debug.recording.writer.payload_rules import describe_batch
 
     t = traj(1, group=2, length=6)
     t["versions"] = torch.tensor(
@@ -480,7 +478,8 @@ def test_queued_steps_are_written_when_the_process_exits_without_close(tmp_path)
 
     script = f"""
 import torch
-from areal_debug.recording.writer import RecordingWriter, write_manifest
+from areal_debug.recording.writer.recording_writer import RecordingWriter
+from areal_debug.recording.writer.start import write_manifest
 from test_store import manifest, traj
 write_manifest({str(tmp_path)!r}, manifest())
 w = RecordingWriter({str(tmp_path)!r}, shard=0, num_shards=1, steps_per_epoch=10,

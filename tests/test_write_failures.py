@@ -22,7 +22,8 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 # Steps of incompressible payloads: 0-1 small, then large ones.
 LOOP = """
 import logging, resource, signal, sys, torch
-from areal_debug.recording.writer import RecordingWriter, write_manifest
+from areal_debug.recording.writer.recording_writer import RecordingWriter
+from areal_debug.recording.writer.start import write_manifest
 from test_store import manifest
 {limit}
 path = sys.argv[1]
@@ -128,12 +129,12 @@ def test_the_stop_marker_uses_reserved_space_when_nothing_else_fits(
 
     from test_store import manifest, patch_writer, traj
 
-    from areal_debug.recording import writer as store_writer
+    from areal_debug.recording.writer.recording_writer import RecordingWriter
+    from areal_debug.recording.writer.start import write_manifest
 
     path = str(tmp_path)
-    write_manifest = store_writer.write_manifest
     write_manifest(path, manifest())
-    w = store_writer.RecordingWriter(
+    w = RecordingWriter(
         path, shard=0, num_shards=1, steps_per_epoch=10, writer_process=False
     )
 
@@ -156,12 +157,13 @@ def test_in_a_read_only_directory_the_marker_stays_in_its_reservation(
 
     from test_store import manifest, patch_writer, traj
 
-    from areal_debug.recording import writer as store_writer
     from areal_debug.recording.format import reserved_marker_name, stopped_marker_name
+    from areal_debug.recording.writer.recording_writer import RecordingWriter
+    from areal_debug.recording.writer.start import write_manifest
 
     path = str(tmp_path)
-    store_writer.write_manifest(path, manifest())
-    w = store_writer.RecordingWriter(
+    write_manifest(path, manifest())
+    w = RecordingWriter(
         path, shard=0, num_shards=1, steps_per_epoch=10, writer_process=False
     )
 
@@ -182,9 +184,7 @@ def test_in_a_read_only_directory_the_marker_stays_in_its_reservation(
     assert stop["step"] == 0 and "Permission denied" in stop["error"]
     # A later run (the directory writable again) gives the marker its own name
     # before reserving space anew, so it is not overwritten.
-    store_writer.RecordingWriter(
-        path, shard=0, num_shards=1, steps_per_epoch=10
-    ).close()
+    RecordingWriter(path, shard=0, num_shards=1, steps_per_epoch=10).close()
     assert (tmp_path / stopped_marker_name(0)).exists()
     assert not (tmp_path / reserved_marker_name(0)).exists()
     (stop,) = RecordingReader(path).stopped()

@@ -46,7 +46,7 @@ from areal_debug.recording.checkpoints import KEPT, _TreeCopy, latest_before
 from areal_debug.recording.format import MANIFEST, STEP_META, step_dirname
 from areal_debug.recording.manifest import SINGLE_CONTROLLER, Manifest
 from areal_debug.recording.reader import RecordingReader, format_ranges
-from areal_debug.recording.writer import RecordingWriter
+from areal_debug.recording.writer.recording_writer import RecordingWriter
 from areal_debug.testing import config_literal
 
 RECORDING = "recording"

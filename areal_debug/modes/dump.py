@@ -29,8 +29,8 @@ from areal_debug.recording.format import FORMAT_VERSION
 from areal_debug.recording.lock import RecordingLock
 from areal_debug.recording.manifest import Manifest
 from areal_debug.recording.retention import RetentionPolicy
-from areal_debug.recording.writer import (
-    RecordingWriter,
+from areal_debug.recording.writer.recording_writer import RecordingWriter
+from areal_debug.recording.writer.start import (
     supersede_steps,
     sweep_leftovers,
     write_manifest,

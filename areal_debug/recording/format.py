@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """On-disk format of a recording (v2; v1 still read): versions, names, step
 directories, stop markers, the codecs' names (``Codec``). Encoding is in ``codecs``,
-atomic I/O in ``atomic``, what a payload may hold in ``payload_rules``.
+atomic I/O in ``atomic``, what a payload may hold in ``writer.payload_rules``.
 
 Layout (see docs/format.md)::
 
@@ -22,7 +22,6 @@ the bytes on disk.
 
 from __future__ import annotations
 
-import json
 import os
 from enum import StrEnum
 from typing import Any
@@ -188,29 +187,6 @@ def reserved_marker_name(shard: int) -> str:
     """Space each head reserves for its stop marker, where the marker stays when
     the directory no longer takes new names."""
     return f".reserved-{stopped_marker_name(shard)}"
-
-
-def reserved_marker(path: str) -> Any | None:
-    """The stop marker written into a reservation, None while it holds only the
-    blanks reserved (or is missing). A marker cut short (the writer ended while
-    writing it) still says that the head stopped."""
-    from areal_debug.recording.atomic import open_regular  # atomic imports this module
-
-    try:
-        with open_regular(path, "rb") as f:
-            data = f.read(1 << 16)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        raise RecordingError(
-            f"Cannot read the reserved stop marker {path}: {e}."
-        ) from e
-    if not data.strip():
-        return None
-    try:
-        return json.loads(data)
-    except (ValueError, RecursionError):
-        return {"error": f"the head stopped; its stop marker {path} is cut short"}
 
 
 def teacher_payload_name(codec: str = Codec.NONE) -> str:

@@ -46,7 +46,7 @@ def _walk(value: Any, leaves: list) -> Any:
 class PackPlan:
     """Where ``pack`` puts each tensor of a value, read off before anything is
     copied: what the writer process needs to read the tensors out of the
-    training process's memory itself (``payload_process``)."""
+    training process's memory itself (``writer.process``)."""
 
     template: Any
     tensor_leaves: list[int]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import pickle
 from collections.abc import Iterable
@@ -24,7 +25,6 @@ from areal_debug.recording.format import (
     complete_step_dirs,
     list_step_dirs,
     recording_below,
-    reserved_marker,
     reserved_marker_name,
     step_dirname,
     stop_consequence,
@@ -47,6 +47,27 @@ from areal_debug.recording.schema import (
 # the time torch takes to import.
 if TYPE_CHECKING:
     import torch
+
+
+def reserved_marker(path: str) -> Any | None:
+    """The stop marker written into a reservation, None while it holds only the
+    blanks reserved (or is missing). A marker cut short (the writer ended while
+    writing it) still says that the head stopped."""
+    try:
+        with open_regular(path, "rb") as f:
+            data = f.read(1 << 16)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise RecordingError(
+            f"Cannot read the reserved stop marker {path}: {e}."
+        ) from e
+    if not data.strip():
+        return None
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        return {"error": f"the head stopped; its stop marker {path} is cut short"}
 
 
 def format_ranges(steps: Iterable[int]) -> str:

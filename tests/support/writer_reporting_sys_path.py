@@ -2,7 +2,7 @@
 """A writer process that first reports where it imports from (its sys.path, the
 standard library's and the site-packages directories, the file ``areal_debug``
 came from) as JSON into the file named by ``$REPORT_ENV``, then serves as the
-real one; run as ``payload_process.CHILD_MODULE``."""
+real one; run as ``writer.process.client.CHILD_MODULE``."""
 
 import json
 import os
@@ -11,7 +11,7 @@ import sys
 import sysconfig
 
 import areal_debug
-from areal_debug.recording import payload_process
+from areal_debug.recording.writer.process import server
 
 REPORT_ENV = "AREAL_DEBUG_TEST_SYS_PATH_REPORT"
 
@@ -26,4 +26,4 @@ if __name__ == "__main__":
             },
             f,
         )
-    sys.exit(payload_process._main(sys.argv[1:]))
+    sys.exit(server._main(sys.argv[1:]))

@@ -1,13 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
 """A writer process where reading the training process's memory is refused
 (process_vm_readv fails with EPERM, as a ptrace policy would); run as
-``payload_process.CHILD_MODULE``."""
+``writer.process.client.CHILD_MODULE``."""
 
 import ctypes
 import errno
 import sys
 
-from areal_debug.recording import payload_process
+from areal_debug.recording.writer.process import memory, server
 
 
 def refused(*args):
@@ -16,5 +16,5 @@ def refused(*args):
 
 
 if __name__ == "__main__":
-    payload_process._process_vm_readv = lambda: refused
-    sys.exit(payload_process._main(sys.argv[1:]))
+    memory._process_vm_readv = lambda: refused
+    sys.exit(server._main(sys.argv[1:]))

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""What the training process and its writer process (``payload_process``) say to
-each other: typed requests and replies.
+"""What the training process and its writer process (``client`` and ``server``)
+say to each other: typed requests and replies.
 
 They are pickled over the socket pair between the training process and the
 writer process it started (one program, both sides trusted, as before: the

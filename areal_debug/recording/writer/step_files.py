@@ -30,17 +30,7 @@ from areal_debug.recording.format import (
     step_dirname,
     teacher_payload_name,
 )
-from areal_debug.recording.payload_messages import MetaFile
-from areal_debug.recording.payload_process import save_payload
-from areal_debug.recording.payload_router import PayloadRouter
-from areal_debug.recording.snapshot import (
-    ChangedInPlace,
-    PendingCopy,
-    Snapshotter,
-    snapshot_batch,
-    snapshot_value,
-)
-from areal_debug.recording.writer_jobs import (
+from areal_debug.recording.writer.jobs import (
     BatchJob,
     Job,
     PinJob,
@@ -49,6 +39,16 @@ from areal_debug.recording.writer_jobs import (
     StatsJob,
     TeacherLogpJob,
     logger,
+)
+from areal_debug.recording.writer.payload_file import save_payload
+from areal_debug.recording.writer.process.messages import MetaFile
+from areal_debug.recording.writer.router import PayloadRouter
+from areal_debug.recording.writer.snapshot import (
+    ChangedInPlace,
+    PendingCopy,
+    Snapshotter,
+    snapshot_batch,
+    snapshot_value,
 )
 
 # Steps whose own shard metadata a head keeps in memory (older ones are read

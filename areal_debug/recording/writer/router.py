@@ -7,18 +7,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from areal_debug.recording import payload_process
 from areal_debug.recording.atomic import atomic_write_json
 from areal_debug.recording.format import Codec
 from areal_debug.recording.packed_payload import is_packed, pack, plan
-from areal_debug.recording.payload_messages import MetaFile
-from areal_debug.recording.payload_process import (
-    MemoryNotReadable,
-    WriterProcessUnavailable,
-    describe_packed,
-    save_payload,
-)
-from areal_debug.recording.writer_jobs import logger
+from areal_debug.recording.writer.jobs import logger
+from areal_debug.recording.writer.payload_file import save_payload
+from areal_debug.recording.writer.payload_rules import describe_packed
+from areal_debug.recording.writer.process import client
+from areal_debug.recording.writer.process.client import WriterProcessUnavailable
+from areal_debug.recording.writer.process.memory import MemoryNotReadable
+from areal_debug.recording.writer.process.messages import MetaFile
 
 
 def _packed(value: Any) -> dict[str, Any]:
@@ -50,9 +48,9 @@ class PayloadRouter:
         self.process = self._start(recording) if use_process else None
 
     @staticmethod
-    def _start(recording: str) -> payload_process.PayloadProcess | None:
+    def _start(recording: str) -> client.PayloadProcess | None:
         try:
-            process = payload_process.shared()
+            process = client.shared()
             process.start(recording)
             return process
         except Exception as e:  # noqa: BLE001 - the thread can store instead
@@ -95,7 +93,7 @@ class PayloadRouter:
 
     def _in_process(
         self,
-        process: payload_process.PayloadProcess,
+        process: client.PayloadProcess,
         path: str,
         value: Any,
         describe: bool,

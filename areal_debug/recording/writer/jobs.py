@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import torch
 
 from areal_debug.logs import get_logger
-from areal_debug.recording.snapshot import PendingCopy
+from areal_debug.recording.writer.snapshot import PendingCopy
 
 # One logger object for all the writer's modules: AReaL's getLogger returns a new
 # one on every call, and tests hook this one.

@@ -7,6 +7,8 @@ from typing import Any
 
 import torch
 
+from areal_debug.recording.packed_payload import unpack
+
 # Plain values that torch.load(weights_only=True) reconstructs without running
 # code. Anything else would need a pickle allowlist, which we refuse to grow.
 _PLAIN_SCALARS = (type(None), bool, int, float, str)
@@ -86,6 +88,11 @@ def describe_batch(batch: list[dict[str, Any]]) -> dict[str, Any]:
     if allv is not None and allv.numel():
         out["policy_version"] = [int(allv.min()), int(allv.max())]
     return out
+
+
+def describe_packed(packed: dict[str, Any]) -> dict[str, Any]:
+    """The shard description of a packed batch, read off what is stored."""
+    return describe_batch(unpack(packed, copy=False))
 
 
 def _flat(tensors: list[torch.Tensor]) -> torch.Tensor:

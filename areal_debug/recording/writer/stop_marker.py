@@ -13,12 +13,12 @@ from areal_debug.recording.atomic import atomic_write_json
 from areal_debug.recording.format import (
     STOPPED_WRITING,
     RecordingError,
-    reserved_marker,
     reserved_marker_name,
     stop_consequence,
     stopped_marker_name,
 )
-from areal_debug.recording.writer_jobs import logger
+from areal_debug.recording.reader import reserved_marker
+from areal_debug.recording.writer.jobs import logger
 
 RESERVED_BYTES = 4096
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from areal_debug.recording.packed_payload import pack
-from areal_debug.recording.payload_rules import check_storable
+from areal_debug.recording.writer.payload_rules import check_storable
 
 
 class ChangedInPlace(RuntimeError):
@@ -91,7 +91,7 @@ class PendingCopy:
 
     ``copied`` is the Future of a copier thread's copy, in packed form
     (packed_payload); None when the writer process reads ``shared`` itself
-    (``payload_process``), which is the copy. ``confirm()`` checks the versions
+    (``writer.process``), which is the copy. ``confirm()`` checks the versions
     once more, later (after the writer has written the step): an in-place
     change that was still running while the copy was made bumps the counter
     only when it ends, so a change before that point cannot be told apart from
