@@ -69,51 +69,36 @@ def gsm8k_spmd(tiny_assets, tmp_path_factory):
     return workdir, log
 
 
-def test_gsm8k_script_records_and_replays_through_the_spmd_launcher(gsm8k_spmd):
+def test_gsm8k_script_records_through_the_spmd_launcher(gsm8k_spmd):
+    from areal_debug.stages.recorded_ref_logp import ref_logp_tensors
+
     workdir, log = gsm8k_spmd
     assert "from rollout.backend and actor.backend" in log
     assert "no server is started" in log
     assert "ScriptTrainer.train (export_style=concat)" in log
+    # The reference ran: the KL penalty is in the dump's statistics.
+    assert "ppo_actor/kl_rewards/avg" in log
     reader = RecordingReader(recording_dir(str(workdir), EXPERIMENT, "trial0"))
     assert reader.manifest.layout.mode == "spmd"
     assert reader.available_steps() == list(range(STEPS))
-
-    rc, log = launch(
-        workdir,
-        "replay",
-        ["debug.replay_rollout_data=true", "debug.deterministic=true"],
-    )
-    assert rc == 0, log[-4000:]
-    assert "Replay engine in place of the inference engine" in log
-    report = replay_report(str(workdir), EXPERIMENT, "trial0_replay")
-    assert report["summary"]["steps"] == STEPS
-    assert report["summary"]["all_identical"] is True, report["first_divergence"]
-    for entry in report["steps"]:
-        assert {s["status"] for s in entry["stages"].values()} == {"identical"}
-        # The critic's values and the reference's log-probs, recomputed.
-        assert {"values", "ref_logp", "weights"} <= set(entry["stages"])
-        assert entry["stages"]["ref_logp"]["source"] == "computed"
-
-
-def test_replay_with_recorded_reference_logps_runs_no_reference_forward(gsm8k_spmd):
-    """SPMD form of the reference's log-probs kept by the dump and used by the
-    replay instead of its forward pass (the single-controller form:
-    test_example_scripts.py)."""
-    from areal_debug.stages.recorded_ref_logp import ref_logp_tensors
-
-    workdir, dump_log = gsm8k_spmd
-    reader = RecordingReader(recording_dir(str(workdir), EXPERIMENT, "trial0"))
     stages, tensors = reader.recorded_stages(0)
-    assert "ref_logp" in stages["ranks"][0]
+    assert {"ref_logp", "values"} <= set(stages["ranks"][0])
     kept = ref_logp_tensors(tensors)
     # Only the reference log-probs, and beside each the tokens it was computed for.
     assert kept and set(tensors) == set(kept) | {f"{k} tokens" for k in kept}
     assert len(kept) == len(stages["ranks"][0]["ref_logp"])
     # Log-probs, one row per sequence of the trajectory group (n_samples 4).
     assert all(t.shape[0] == 4 and bool((t <= 0).all()) for t in kept.values())
-    # The dump's reference did run: the KL penalty is in its statistics.
-    assert "ppo_actor/kl_rewards/avg" in dump_log
 
+
+def test_replay_through_the_launcher_is_bitwise_with_recorded_reference_logps(
+    gsm8k_spmd,
+):
+    """The script's replay through the launcher: no server, the critic's values
+    recomputed, the reference's log-probs read from the recording instead of its
+    forward pass (SPMD form; computed ones are replayed in single-controller
+    mode by test_example_scripts.py, and computed by this dump)."""
+    workdir, _ = gsm8k_spmd
     rc, log = launch(
         workdir,
         "replay-recorded-ref",
@@ -125,10 +110,13 @@ def test_replay_with_recorded_reference_logps_runs_no_reference_forward(gsm8k_sp
         ],
     )
     assert rc == 0, log[-4000:]
+    assert "Replay engine in place of the inference engine" in log
     assert "reference forward passes run: 0." in log
     report = replay_report(str(workdir), EXPERIMENT, "recorded_ref")
+    assert report["summary"]["steps"] == STEPS
     assert report["summary"]["all_identical"] is True, report["first_divergence"]
     for entry in report["steps"]:
         assert {s["status"] for s in entry["stages"].values()} == {"identical"}
+        assert {"values", "ref_logp", "weights"} <= set(entry["stages"])
         ref = entry["stages"]["ref_logp"]
         assert ref["source"] == "recorded" and ref["reference_forwards"] == 0

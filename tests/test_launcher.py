@@ -10,7 +10,6 @@ from support.harness import (
     FAKE_CONFIG,
     FAKE_SCRIPT,
     assert_whole_batch_statistics_kept,
-    recording_dir,
     replay_report,
     run_launcher,
     run_logged,
@@ -525,32 +524,6 @@ def test_shipped_example_replays_one_process_recording_at_the_given_allocation(
     for entry in report["steps"]:
         replayed = [m["replayed"] for m in entry["metrics"].values() if "replayed" in m]
         assert replayed and all(math.isfinite(v) for v in replayed)
-
-
-@pytest.mark.areal
-def test_shipped_example_dumps_at_the_given_allocation(sc_workdir, cpu_server):
-    from areal_debug.recording.reader import RecordingReader
-
-    rc, log = launch_example(
-        sc_workdir,
-        "dump-alloc-d2",
-        [
-            "debug.dump_rollout_data=true",
-            "allocation_mode=sglang:d1+fsdp:d2",
-            "trial_name=alloc_d2",
-            "total_train_steps=2",
-        ],
-        server=cpu_server,
-    )
-    assert rc == 0, log[-3000:]
-    assert log.count("actor.backend fsdp:d1 -> fsdp:d2.") == 1
-    (command,) = started_commands(log)  # the running CPU server, no other
-    assert "--nproc-per-node 2" in command and "++actor.backend=fsdp:d2" in command
-    reader = RecordingReader(recording_dir(str(sc_workdir), "tinydemo", "alloc_d2"))
-    layout = reader.manifest.layout
-    assert (layout.mode, layout.num_shards, layout.training_dp_size) == ("spmd", 2, 2)
-    assert layout.actor_backend == "fsdp:d2"
-    assert reader.available_steps() == [0, 1]
 
 
 # -- Ray and Slurm: AReaL's real entry points, with a launcher that records --------
