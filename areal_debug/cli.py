@@ -258,8 +258,14 @@ def cmd_mismatch(args) -> int:
         from areal_debug.stages import mismatch
 
         reader = RecordingReader(require_path(args.recording, "The recording"))
-        report = replay_report_at(args.replay)[1] if args.replay else None
-        rows = mismatch.table(reader, parse_int_list(args.steps, "--steps"), report)
+        if args.top is not None:
+            worst = _worst_tokens(args, reader)
+        else:
+            report = replay_report_at(args.replay)[1] if args.replay else None
+            rows = mismatch.table(reader, parse_int_list(args.steps, "--steps"), report)
+    if args.top is not None:
+        _emit(args, worst, render.worst_tokens(reader.path, worst))
+        return 0 if worst.tokens else 4
     if not rows:
         raise InspectError(
             f"{reader.path} has no complete step"
@@ -283,9 +289,42 @@ def cmd_extract(args) -> int:
             args.output,
             trajectories=parse_int_list(args.traj, "--traj"),
             use_checkpoint=not args.no_checkpoint,
+            alone=args.alone,
         )
     _emit(args, result, render.extract_result(result))
     return 0
+
+
+def _worst_tokens(args, reader):
+    """``mismatch --top N``: the loss tokens furthest from the engine's log-probs."""
+    from areal_debug.inspect.common import InspectError, parse_int_list
+    from areal_debug.inspect.show import tokenizer_path_of
+    from areal_debug.inspect.tokens import worst_tokens
+
+    if args.top < 1:
+        raise InspectError(f"--top {args.top}: give how many tokens, 1 or more.")
+    if args.replay:
+        raise InspectError(
+            "--top reads the recording's kept trainer log-probs; a replay's are not "
+            "kept. Give the recording alone."
+        )
+    wanted = parse_int_list(args.steps, "--steps")
+    steps = [s for s in reader.available_steps() if wanted is None or s in wanted]
+    decode = _decoder_of(tokenizer_path_of(reader))
+    return worst_tokens(reader, steps, args.top, decode)
+
+
+def _decoder_of(path: str | None):
+    """The run's tokenizer's decode, None where it cannot be loaded (ids shown)."""
+    if not path:
+        return None
+    try:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except Exception:  # noqa: BLE001 - token ids are shown instead
+        return None
+    return lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
 
 
 def cmd_doctor(args) -> int:
@@ -435,13 +474,14 @@ first divergent step is marked in every panel and named in the title.""",
   areal-debug extract REC --step 3 --traj 0,5 -o repro   two trajectories only
   python -m pytest -q repro-step3                        replays it and checks the statistics
 
-Faithful (every recorded statistic bitwise) when the step is whole and either step 0
-or preceded by a kept recover checkpoint (recover.mode=on in the dump run): the
-checkpoint and the steps after it are extracted too. Otherwise the step is written
-as step 0 and trains the model at actor.path, not the dump run's weights at that
-step, so only statistics of the batch itself are compared; with --traj none of the
-recorded statistics applies and the test checks that the step runs and stays finite.
-The generated test says which in its docstring.""",
+Faithful (every recorded statistic bitwise) when the step is whole: from the latest
+kept recover checkpoint before it (recover.mode=on in the dump run) and the steps
+after it, or, without one, from step 0 with every recorded step before it (the
+size and the steps to train are said). With --alone, or when steps before it are
+gone, the step is written as step 0 and trains the model at actor.path, not the
+dump run's weights at that step, so only statistics of the batch itself are
+compared; with --traj none of the recorded statistics applies and the test checks
+that the step runs and stays finite. The generated test says which in its docstring.""",
     )
     p.add_argument("path", help="recording directory (holds manifest.json)")
     p.add_argument("--step", type=int, required=True, help="global step to extract")
@@ -450,7 +490,12 @@ The generated test says which in its docstring.""",
     p.add_argument(
         "--no-checkpoint",
         action="store_true",
-        help="leave the recover checkpoint out (smaller; not faithful)",
+        help="leave the recover checkpoint out: replay from step 0 instead",
+    )
+    p.add_argument(
+        "--alone",
+        action="store_true",
+        help="the step by itself, as step 0 (smallest, quickest; not faithful)",
     )
     _json_flag(p)
     p.set_defaults(func=cmd_extract)
@@ -544,6 +589,8 @@ def _add_mismatch(sub) -> None:
   areal-debug mismatch REC --steps 40-60 --json    as JSON
   areal-debug mismatch REC LOGS/t0_replay          recorded beside replayed (what-if:
                                                    replay with another actor.dtype)
+  areal-debug mismatch REC --top 20                 the 20 loss tokens furthest from
+                                                   the engine's log-probs, in context
   areal-debug plot REC --metric areal_debug/mismatch/abs_diff/max -o gap.png
 
 Per loss token (never prompt or padding), d = trainer - engine log-prob of the same
@@ -551,7 +598,10 @@ token, measured where the actor recomputes log-probs (before the step's first
 optimizer step; needs actor.recompute_logprob): mean and max |d|, the k1, k2, k3
 estimates of KL(engine || trainer), the importance ratio exp(d) before any clamp,
 and the share of tokens with |d| above log 2 and log 5. Exit code 4 when no step
-has it (recompute off, or recorded before areal-debug measured it).""",
+has it (recompute off, or recorded before areal-debug measured it). --top N lists
+the N loss tokens with the largest |d| (step, trajectory, position, both log-probs,
+the tokens before it), from the trainer's per-token log-probs a dump keeps with
+debug.record_stage_tensors=true.""",
     )
     p.add_argument("recording", help="recording directory (holds manifest.json)")
     p.add_argument(
@@ -560,6 +610,12 @@ has it (recompute off, or recorded before areal-debug measured it).""",
         help="replay_report.json of a replay of it, or the replay's log directory",
     )
     p.add_argument("--steps", help="only these steps, e.g. 0-9,20 (default all)")
+    p.add_argument(
+        "--top",
+        type=int,
+        metavar="N",
+        help="the N loss tokens furthest from the engine's log-probs, in context",
+    )
     _json_flag(p)
     p.set_defaults(func=cmd_mismatch)
 

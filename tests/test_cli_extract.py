@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 from support.harness import run_logged
-from test_cli_inspect import flip_reward, rewrite_payload
+from test_cli_inspect import flip_reward, rewrite_payload, run_json
 
 from areal_debug.cli import main
 from areal_debug.inspect import extract
@@ -75,7 +75,10 @@ def hostile_source(spmd_d1, tmp_path_factory):
 def extracted(hostile_source, tmp_path_factory):
     rec, _ = hostile_source
     out = tmp_path_factory.mktemp("extract") / ("repro-" + HOSTILE.dirname)
-    assert main(["extract", str(rec), "--step", str(STEP), "-o", str(out)]) == 0
+    # Without the kept checkpoint: every step from 0, trained from the initial
+    # model (the checkpoint's form is checked below, without a replay).
+    argv = ["extract", str(rec), "--step", str(STEP), "--no-checkpoint", "-o", str(out)]
+    assert main(argv) == 0
     return out
 
 
@@ -84,9 +87,9 @@ def test_extract_writes_a_faithful_valid_recording(
 ):
     rec = extracted / "recording"
     reader = RecordingReader(str(rec))
-    # The kept checkpoint of step 1 restores the policy before step 2.
-    assert reader.available_steps() == [STEP]
-    assert os.path.isdir(rec / "recover" / step_dirname(STEP - 1))
+    # No checkpoint: the steps before it, trained from the initial model.
+    assert reader.available_steps() == list(range(STEP + 1))
+    assert not os.path.exists(rec / "recover")
     assert main(["verify", str(rec)]) == 0
     assert "0 problem(s)" in capsys.readouterr().out
     # Byte for byte the recorded step: same payload checksum as the source.
@@ -94,7 +97,7 @@ def test_extract_writes_a_faithful_valid_recording(
     assert reader.step_meta(STEP)["shards"][0]["sha256"] == source
     with open(rec / MANIFEST) as f:
         origin = json.load(f)["extracted_from"]
-    assert origin["faithful"] is True and origin["checkpoint"] == STEP - 1
+    assert origin["faithful"] is True and origin["checkpoint"] is None
     # The test is the package's fixed file; what was recorded is data beside it.
     test_file = (extracted / f"test_replay_step_{STEP}.py").read_bytes()
     assert test_file == (extract.REPRODUCER_FILES / extract.TEST).read_bytes()
@@ -152,15 +155,39 @@ def test_subset_and_checkpointless_extracts_say_what_they_can_assert(
     spec = json.loads((out / extract.SPEC).read_text())
     assert "none of them applies" in spec["asserts"] and spec["faithful"] is False
 
-    out = tmp_path / "nockpt"
+    # With a kept checkpoint before it: that one and the steps after it.
+    out = tmp_path / "ckpt"
+    assert main(["extract", spmd_d1.path, "--step", "3", "-o", str(out), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["faithful"] is True and result["checkpoint"] == 2
+    assert RecordingReader(str(out / "recording")).available_steps() == [3]
+    assert os.path.isdir(out / "recording" / "recover" / step_dirname(2))
+
+    # Without the checkpoint: from step 0, and what that costs, said.
+    out = tmp_path / "fromstart"
+    argv = ["extract", spmd_d1.path, "--step", "3", "--no-checkpoint", "-o", str(out)]
+    assert main(argv) == 0
+    shown = capsys.readouterr().out
+    assert "steps 0-2 are extracted too (" in shown and "MiB more)" in shown
+    assert "trains all 4 steps from the initial model" in shown
+    assert RecordingReader(str(out / "recording")).available_steps() == [0, 1, 2, 3]
+
+    # Steps before it gone (a flight recorder's ring buffer): not faithful, why.
+    gone = tmp_path / "ring"
+    shutil.copytree(spmd_d1.path, gone, ignore=shutil.ignore_patterns("recover"))
+    shutil.rmtree(gone / step_dirname(0))
+    out = tmp_path / "ringout"
+    rc, result = run_json(capsys, "extract", str(gone), "--step", "3", "-o", str(out))
+    assert rc == 0 and result["faithful"] is False
+    (note,) = [n for n in result["notes"] if "NOT A FAITHFUL REPLAY" in n]
+    assert "steps 0 before it are not in the recording" in note
+
+    out = tmp_path / "alone"
     assert (
-        main(
-            ["extract", spmd_d1.path, "--step", "3", "--no-checkpoint", "-o", str(out)]
-        )
-        == 0
+        main(["extract", spmd_d1.path, "--step", "3", "--alone", "-o", str(out)]) == 0
     )
     shown = capsys.readouterr().out
-    assert "NOT A FAITHFUL REPLAY of step 3" in shown
+    assert "NOT A FAITHFUL REPLAY of step 3: --alone was given" in shown
     reader = RecordingReader(str(out / "recording"))
     # Renumbered: without a checkpoint a replay can only start at step 0.
     assert reader.available_steps() == [0]

@@ -12,7 +12,7 @@ import pytest
 import torch
 from support.harness import replay_report, run_torchrun
 from support.recordings import DROPOUT, SPMD_D1_STEPS
-from test_cli_inspect import rewrite_payload, run_json
+from test_cli_inspect import record_with_stats, rewrite_payload, run_json
 
 from areal_debug.cli import main
 from areal_debug.recording.reader import RecordingReader
@@ -159,3 +159,38 @@ def test_a_gap_planted_at_one_token_is_found_on_1_and_2_ranks(spmd_d1, tmp_path,
     assert n == step[TOKENS]["recorded"]
     extra = (step[over]["replayed"] - step[over]["recorded"]) * n
     assert round(extra) == 1, json.dumps({k: step[k] for k in (over, TOKENS)})
+
+
+@pytest.mark.areal
+def test_top_names_a_planted_token_with_its_context(sc_d2, tmp_path, capsys):
+    """``mismatch --top N`` on the single-controller recording (two ranks, the
+    trainer's per-token log-probs kept): a copy with one engine log-prob planted
+    far off lists that token first, where it is, both log-probs, in context."""
+    copy = tmp_path / "rec"
+    shutil.copytree(sc_d2.path, copy)
+    rewrite_payload(str(copy), 0, 0, plant)
+    batch = RecordingReader(str(copy)).load_shard(0, 0)
+    position = int(batch[3]["loss_mask"][0].nonzero()[1])
+    rc, worst = run_json(capsys, "mismatch", str(copy), "--top", "3", "--steps", "0")
+    assert rc == 0 and worst["notes"] == []
+    first, second = worst["tokens"][:2]
+    assert (first["step"], first["group"], first["row"]) == (0, 3, 0)
+    assert first["position"] == position
+    assert first["token"] == int(batch[3]["input_ids"][0, position])
+    assert first["engine"] == PLANTED
+    assert first["delta"] == pytest.approx(first["trainer"] - PLANTED)
+    assert first["delta"] > abs(PLANTED) - 10 and abs(second["delta"]) < 5
+    assert first["context"].endswith("]]") and "[[" in first["context"]
+    # The recording itself: its own gap, worst first, every step.
+    rc, worst = run_json(capsys, "mismatch", sc_d2.path, "--top", "5")
+    deltas = [abs(t["delta"]) for t in worst["tokens"]]
+    assert len(deltas) == 5 and deltas == sorted(deltas, reverse=True)
+    assert deltas[0] < 5
+    assert main(["mismatch", sc_d2.path, "--top", "2"]) == 0
+    shown = capsys.readouterr().out
+    assert "loss tokens furthest from the engine's log-probs" in shown
+    # A recording that kept no per-token trainer log-probs says how to keep them.
+    bare = tmp_path / "bare"
+    record_with_stats(str(bare), steps=2, anomaly_at=1, incomplete=2)
+    assert main(["mismatch", str(bare), "--top", "3"]) == 4
+    assert "debug.record_stage_tensors=true" in capsys.readouterr().out

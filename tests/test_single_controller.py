@@ -125,12 +125,16 @@ def test_same_mode_replay_is_bitwise_without_rollout_workers(sc_d2):
     for entry in report["steps"]:
         assert len(entry["metrics"]) > 90
         assert all(m["status"] == "identical" for m in entry["metrics"].values())
-        # Every stage, digested in the workers, weights included.
+        # Every stage, digested in the workers, weights included; at the first
+        # step the weights it started from too (the model).
+        stages = ("logp", "advantages", "loss", "grads", "weights")
+        if entry["global_step"] == 0:
+            stages = ("model", *stages)
         assert {k: s["status"] for k, s in entry["stages"].items()} == {
-            stage: "identical"
-            for stage in ("logp", "advantages", "loss", "grads", "weights")
+            stage: "identical" for stage in stages
         }
     assert report["first_divergence"] is None
+    assert report["model"]["status"] == "identical"
     assert_no_workers_left(sc_d2.workdir)
 
 

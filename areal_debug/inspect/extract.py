@@ -129,8 +129,12 @@ def extract(
     out: str,
     trajectories: list[int] | None = None,
     use_checkpoint: bool = True,
+    alone: bool = False,
 ) -> ExtractResult:
-    """Write the reproducer of ``step`` of the recording at ``path`` into ``out``."""
+    """Write the reproducer of ``step`` of the recording at ``path`` into ``out``.
+    ``use_checkpoint``: start from the latest kept checkpoint before it, if any;
+    else from step 0 through the recorded steps before it. ``alone``: the step
+    by itself, renumbered to step 0 (smallest; not faithful)."""
     reader = RecordingReader(path)
     check_step(reader, step)
     if os.path.exists(out) and os.listdir(out):
@@ -148,7 +152,7 @@ def extract(
             )
         if sorted(trajectories) == list(range(total)):
             trajectories = None  # all of them: the whole step
-    plan = _plan(reader, step, use_checkpoint)
+    plan = _plan(reader, step, use_checkpoint and not alone, not alone)
     rec = os.path.join(out, RECORDING)
     os.makedirs(rec, exist_ok=True)
     subset = trajectories is not None
@@ -227,8 +231,13 @@ class _Plan:
     notes: list[str]
 
 
-def _plan(reader: RecordingReader, step: int, use_checkpoint: bool) -> _Plan:
-    """Which checkpoint and steps a faithful replay of ``step`` needs, if any."""
+def _plan(
+    reader: RecordingReader, step: int, use_checkpoint: bool, from_start: bool
+) -> _Plan:
+    """Which checkpoint and steps a faithful replay of ``step`` needs: the latest
+    kept checkpoint before it and the steps after that one, else (``from_start``)
+    every step from 0, trained from the initial model; else the step alone,
+    renumbered to step 0 (not faithful)."""
     if step == 0:
         # Step 0 trains the initial model at actor.path: no checkpoint needed.
         return _Plan(None, [], {}, True, [])
@@ -251,8 +260,19 @@ def _plan(reader: RecordingReader, step: int, use_checkpoint: bool) -> _Plan:
         )
     elif use_checkpoint:
         why = "the recording keeps no recover checkpoint before it (recover.mode=on)"
-    else:
+    elif from_start:
         why = "--no-checkpoint was given"
+    else:
+        why = "--alone was given"
+    before = list(range(step))
+    missing = [s for s in before if not reader.has_step(s)]
+    if from_start and not missing:
+        return _Plan(None, before, {}, True, [_from_start_note(reader, step, why)])
+    if from_start:
+        why += (
+            f", and steps {format_ranges(missing)} before it are not in the "
+            "recording (a flight recorder deletes old steps; pin the ones to keep)"
+        )
     note = (
         f"NOT A FAITHFUL REPLAY of step {step}: {why}. The extracted step trains "
         "the weights at actor.path, not the ones the dump run had at step "
@@ -260,6 +280,24 @@ def _plan(reader: RecordingReader, step: int, use_checkpoint: bool) -> _Plan:
         "are compared with the recording."
     )
     return _Plan(None, [], {step: 0}, False, [note])
+
+
+def _from_start_note(reader: RecordingReader, step: int, why: str) -> str:
+    """What replaying from step 0 costs, said where it is chosen."""
+    size = sum(
+        os.path.getsize(os.path.join(d, f))
+        for s in range(step)
+        for d, _, fs in os.walk(os.path.join(reader.path, step_dirname(s)))
+        for f in fs
+    )
+    return (
+        f"No kept checkpoint to start step {step} from ({why}): steps "
+        f"{format_ranges(list(range(step)))} are extracted too ({size / 2**20:.1f} "
+        f"MiB more) and the test trains all {step + 1} steps from the initial model "
+        "at actor.path, so step "
+        f"{step} comes back faithfully. --alone writes the step by itself instead "
+        "(as step 0: smaller and quicker, not faithful)."
+    )
 
 
 def _write_manifest(reader, rec, step, plan, trajectories, single) -> None:

@@ -17,14 +17,10 @@ from typing import Any
 
 import torch
 
+from areal_debug.inspect.tokens import Place, load_batch, stage_rows
 from areal_debug.recording.format import RecordingError
 from areal_debug.recording.reader import RecordingReader
-from areal_debug.stages.names import (
-    StageTensorKey,
-    tokens_index,
-    trajectory_index,
-    trajectory_name,
-)
+from areal_debug.stages.names import trajectory_index
 
 # Texts kept per prompt and completion (the token view holds the tokens shown).
 MAX_TEXT_CHARS = 4000
@@ -72,13 +68,9 @@ def step_detail(
     """Step ``step`` as the page shows it when the step is clicked; ``divergence``
     is the replay report's first divergent stage when it is this step's."""
     meta = reader.step_meta(step)
-    batch = [
-        traj
-        for shard in range(meta["num_shards"])
-        for traj in reader.load_shard(step, shard)
-    ]
-    paired = _stage_rows(reader, step, batch)
-    stage_rows, stage_note = paired.values, paired.note
+    batch = load_batch(reader, step)
+    paired = stage_rows(reader, step, batch, TOKEN_VIEW_STAGES)
+    kept, stage_note = paired.values, paired.note
     marked = _divergent_place(divergence, paired.places)
     rows, groups, prompts, total = [], [], [], 0
     for g, traj in enumerate(batch):
@@ -95,7 +87,7 @@ def step_detail(
                 row = _row(traj, summary, g, r, step, limits, decoder, prompts)
                 row["i"] = total
                 positions = summary["generated"][r].nonzero().reshape(-1)
-                _add_stage_values(row, stage_rows.get((g, r)), positions)
+                _add_stage_values(row, kept.get((g, r)), positions)
                 if marked is not None and marked[0] == (g, r):
                     _mark_token(row, positions, marked[1])
                 rows.append(row)
@@ -216,93 +208,6 @@ def _milli(values: list[float]) -> list[int | None]:
 
 
 # -- kept stage tensors --------------------------------------------------------------
-# Where a recorded row sits in the step's batch: (group, row).
-Place = tuple[int, int]
-
-
-@dataclass
-class StageRows:
-    """The kept stage tensors of a step, paired with the recorded rows."""
-
-    # {(group, row): {stage: the trainer's values of that row}}
-    values: dict[Place, dict[str, torch.Tensor]] = field(default_factory=dict)
-    # {(rank, trajectory index, row in it): (group, row)}, for the replay's
-    # first divergent token.
-    places: dict[tuple[int, int, int], Place] = field(default_factory=dict)
-    note: str | None = None
-
-
-def _stage_rows(reader: RecordingReader, step: int, batch: list) -> StageRows:
-    """The kept per-token stage tensors of ``step``, each row paired with the
-    recorded row it was computed for by its tokens (kept beside it), on any
-    number of ranks: AReaL reorders and redistributes rows, so a position in a
-    stage tensor says nothing about which recorded row it is."""
-    try:
-        _, tensors = reader.recorded_stages(step)
-    except RecordingError as e:
-        return StageRows(note=f"stage tensors not read: {e}")
-    if not tensors:
-        return StageRows()
-    keys = []
-    for text in tensors:
-        try:
-            keys.append(StageTensorKey.parse(text))
-        except ValueError:
-            continue
-    token_keys = sorted(
-        (k for k in keys if tokens_index(k.name) is not None),
-        key=lambda k: (k.stage, k.rank, tokens_index(k.name)),
-    )
-    if not token_keys:
-        return StageRows(
-            note="this recording kept stage tensors without the tokens of each row "
-            "(an older areal-debug): they cannot be paired with the recorded "
-            "rows, so they are not shown per token"
-        )
-    recorded = _recorded_rows(batch)
-    # Each stage pairs every recorded row once (rows with the same tokens in turn).
-    queues: dict[str, dict[bytes, list[Place]]] = {}
-    out = StageRows()
-    for key in token_keys:
-        stage, index = key.stage, tokens_index(key.name)
-        if stage not in TOKEN_VIEW_STAGES:
-            continue
-        name = StageTensorKey(key.rank, stage, trajectory_name(index)).format()
-        values, ids = tensors.get(name), tensors[key.format()]
-        if values is None or values.shape != ids.shape or ids.dim() != 2:
-            continue
-        waiting = queues.setdefault(stage, {k: list(v) for k, v in recorded.items()})
-        for j in range(ids.shape[0]):
-            queue = waiting.get(_row_key(ids[j][ids[j] >= 0]))
-            if not queue:
-                continue
-            place = queue.pop(0)
-            out.values.setdefault(place, {})[stage] = values[j]
-            out.places[(key.rank, index, j)] = place
-    return out
-
-
-def _recorded_rows(batch: list) -> dict[bytes, list[Place]]:
-    """{tokens: the recorded rows with exactly those tokens, in batch order}."""
-    rows: dict[bytes, list[Place]] = {}
-    for g, traj in enumerate(batch):
-        ids = traj.get("input_ids") if isinstance(traj, dict) else None
-        if not isinstance(ids, torch.Tensor):
-            continue
-        ids = ids.reshape(1, -1) if ids.dim() == 1 else ids
-        mask = traj.get("attention_mask")
-        for r in range(ids.shape[0]):
-            row = ids[r]
-            if isinstance(mask, torch.Tensor) and mask.shape == ids.shape:
-                row = row[mask[r].bool()]
-            rows.setdefault(_row_key(row), []).append((g, r))
-    return rows
-
-
-def _row_key(row: torch.Tensor) -> bytes:
-    return row.to(torch.int64).numpy().tobytes()
-
-
 def _add_stage_values(row, stage_values, positions: torch.Tensor) -> None:
     """The kept stage tensors' values on the row's shown completion tokens
     (``positions``: where its completion tokens sit in the row). The trainer's

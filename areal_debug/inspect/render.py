@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # the modules behind the slow commands import AReaL
     from areal_debug.inspect.listing import RecordingSummary
     from areal_debug.inspect.plot import PlotResult
     from areal_debug.inspect.show import StepView
+    from areal_debug.inspect.tokens import WorstTokens
     from areal_debug.stages.mismatch import StepMismatch
 
 TRUNCATE = 160
@@ -381,4 +382,28 @@ def mismatch(recording: str, rows: list[StepMismatch]) -> Group:
                 "areal-debug measured it. A replay with recompute on measures it."
             )
         )
+    return Group(*parts)
+
+
+def worst_tokens(recording: str, worst: WorstTokens) -> Group:
+    """The worst tokens, worst first; the notes of steps that kept none."""
+    table = Table(
+        title=f"loss tokens furthest from the engine's log-probs: {recording}"
+    )
+    for heading in ("step", "traj", "row", "pos", "engine", "trainer", "d"):
+        table.add_column(heading, justify="right")
+    table.add_column(Text("tokens before it, [[the token]]"), overflow="fold")
+    for t in worst.tokens:
+        table.add_row(
+            str(t.step),
+            str(t.group),
+            str(t.row),
+            str(t.position),
+            _num(t.engine, 4),
+            _num(t.trainer, 4),
+            _num(t.delta, 4),
+            Text(t.context),
+        )
+    parts: list[Any] = [table] if worst.tokens else []
+    parts += [Text(note) for note in worst.notes]
     return Group(*parts)

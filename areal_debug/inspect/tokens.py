@@ -1,0 +1,215 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Per-token views of a step: the trainer's kept stage tensors paired with the
+recorded rows they were computed for, and the tokens where the trainer's
+log-probs are furthest from the inference engine's (``mismatch --top``).
+
+AReaL reorders and redistributes rows before the trainer sees them, so a row's
+position in a stage tensor says nothing about which recorded row it is: each
+kept row carries its tokens (``"... trajectory i tokens"``), and rows are paired
+by them. The trainer's value at position p is that of token p+1 (AReaL's labels
+are the inputs rolled by -1); the engine's log-prob at p is that of token p.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from areal_debug.recording.format import RecordingError
+from areal_debug.recording.reader import RecordingReader
+from areal_debug.stages.names import StageTensorKey, tokens_index, trajectory_name
+
+# Where a recorded row sits in the step's batch: (group, row).
+Place = tuple[int, int]
+# Tokens of context shown before a token of the worst list.
+CONTEXT_TOKENS = 8
+
+
+@dataclass
+class StageRows:
+    """The kept stage tensors of a step, paired with the recorded rows."""
+
+    # {(group, row): {stage: the trainer's values of that row}}
+    values: dict[Place, dict[str, torch.Tensor]] = field(default_factory=dict)
+    # {(rank, trajectory index, row in it): (group, row)}, for the replay's
+    # first divergent token.
+    places: dict[tuple[int, int, int], Place] = field(default_factory=dict)
+    note: str | None = None
+
+
+def load_batch(reader: RecordingReader, step: int) -> list:
+    """The step's whole batch, its shards in head order."""
+    meta = reader.step_meta(step)
+    return [
+        traj
+        for shard in range(meta["num_shards"])
+        for traj in reader.load_shard(step, shard)
+    ]
+
+
+def stage_rows(
+    reader: RecordingReader, step: int, batch: list, stages: tuple[str, ...]
+) -> StageRows:
+    """The kept per-token tensors of ``stages`` at ``step``, each row paired with
+    the recorded row it was computed for by its tokens (kept beside it), on any
+    number of ranks."""
+    try:
+        _, tensors = reader.recorded_stages(step)
+    except RecordingError as e:
+        return StageRows(note=f"stage tensors not read: {e}")
+    if not tensors:
+        return StageRows()
+    keys = []
+    for text in tensors:
+        try:
+            keys.append(StageTensorKey.parse(text))
+        except ValueError:
+            continue
+    token_keys = sorted(
+        (k for k in keys if tokens_index(k.name) is not None),
+        key=lambda k: (k.stage, k.rank, tokens_index(k.name)),
+    )
+    if not token_keys:
+        return StageRows(
+            note="this recording kept stage tensors without the tokens of each row "
+            "(an older areal-debug): they cannot be paired with the recorded "
+            "rows, so they are not shown per token"
+        )
+    recorded = recorded_rows(batch)
+    # Each stage pairs every recorded row once (rows with the same tokens in turn).
+    queues: dict[str, dict[bytes, list[Place]]] = {}
+    out = StageRows()
+    for key in token_keys:
+        stage, index = key.stage, tokens_index(key.name)
+        if stage not in stages:
+            continue
+        name = StageTensorKey(key.rank, stage, trajectory_name(index)).format()
+        values, ids = tensors.get(name), tensors[key.format()]
+        if values is None or values.shape != ids.shape or ids.dim() != 2:
+            continue
+        waiting = queues.setdefault(stage, {k: list(v) for k, v in recorded.items()})
+        for j in range(ids.shape[0]):
+            queue = waiting.get(row_key(ids[j][ids[j] >= 0]))
+            if not queue:
+                continue
+            place = queue.pop(0)
+            out.values.setdefault(place, {})[stage] = values[j]
+            out.places[(key.rank, index, j)] = place
+    return out
+
+
+def recorded_rows(batch: list) -> dict[bytes, list[Place]]:
+    """{tokens: the recorded rows with exactly those tokens, in batch order}."""
+    rows: dict[bytes, list[Place]] = {}
+    for g, traj in enumerate(batch):
+        ids = traj.get("input_ids") if isinstance(traj, dict) else None
+        if not isinstance(ids, torch.Tensor):
+            continue
+        ids = ids.reshape(1, -1) if ids.dim() == 1 else ids
+        mask = traj.get("attention_mask")
+        for r in range(ids.shape[0]):
+            row = ids[r]
+            if isinstance(mask, torch.Tensor) and mask.shape == ids.shape:
+                row = row[mask[r].bool()]
+            rows.setdefault(row_key(row), []).append((g, r))
+    return rows
+
+
+def row_key(row: torch.Tensor) -> bytes:
+    return row.to(torch.int64).numpy().tobytes()
+
+
+# -- the worst tokens ------------------------------------------------------------------
+@dataclass(frozen=True)
+class WorstToken:
+    """One loss token where the trainer's log-prob is far from the engine's."""
+
+    step: int
+    group: int  # the trajectory dict in the step's batch (a prompt's samples)
+    row: int  # the sampled answer in it
+    position: int  # the token's position in the row
+    token: int
+    engine: float  # the log-prob the inference engine reported
+    trainer: float  # the log-prob the trainer computed before its first update
+    delta: float  # trainer - engine
+    context: str = ""  # the tokens before it, then the token in [[ ]]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class WorstTokens:
+    tokens: list[WorstToken]
+    # Steps whose trainer log-probs were not kept, and why.
+    notes: list[str] = field(default_factory=list)
+
+
+def worst_tokens(
+    reader: RecordingReader, steps: list[int], n: int, decode=None
+) -> WorstTokens:
+    """The ``n`` loss tokens of ``steps`` with the largest |trainer - engine|,
+    worst first; ``decode(ids) -> str`` writes their context (ids without)."""
+    heap: list[tuple[float, tuple, WorstToken]] = []
+    missing = []
+    for step in steps:
+        batch = load_batch(reader, step)
+        paired = stage_rows(reader, step, batch, ("logp",))
+        if not paired.values:
+            missing.append(step)
+            continue
+        for (g, r), values in paired.values.items():
+            for token in _row_deltas(step, batch[g], g, r, values["logp"]):
+                item = (abs(token.delta), (-step, -g, -r, -token.position), token)
+                if len(heap) < n:
+                    heapq.heappush(heap, item)
+                elif item[:2] > heap[0][:2]:
+                    heapq.heapreplace(heap, item)
+    worst = [t for _, _, t in sorted(heap, key=lambda i: i[:2], reverse=True)]
+    batches: dict[int, list] = {}
+    for i, t in enumerate(worst):
+        if t.step not in batches:
+            batches[t.step] = load_batch(reader, t.step)
+        worst[i] = _with_context(batches[t.step][t.group], t, decode)
+    notes = []
+    if missing:
+        from areal_debug.recording.reader import format_ranges
+
+        notes.append(
+            f"Steps {format_ranges(missing)} kept no per-token trainer log-probs: "
+            "record with debug.record_stage_tensors=true (the step's mismatch "
+            "statistics are there without them)."
+        )
+    return WorstTokens(worst, notes)
+
+
+def _row_deltas(step: int, traj: dict, g: int, r: int, trainer: torch.Tensor):
+    """The row's loss tokens with their engine and trainer log-probs."""
+    engine, mask, ids = (traj.get(k) for k in ("logprobs", "loss_mask", "input_ids"))
+    if not all(isinstance(t, torch.Tensor) for t in (engine, mask, ids)):
+        return
+    engine, mask, ids = (
+        t.reshape(1, -1) if t.dim() == 1 else t for t in (engine, mask, ids)
+    )
+    width = min(trainer.shape[-1] + 1, engine.shape[-1])
+    # Token p is predicted at the trainer's position p - 1: position 0 has none.
+    picked = mask[r, 1:width].bool().nonzero().reshape(-1) + 1
+    if picked.numel() == 0:
+        return
+    eng = engine[r, picked].double()
+    trn = trainer[picked - 1].double()
+    delta = trn - eng
+    for p, e, t, d in zip(picked.tolist(), eng.tolist(), trn.tolist(), delta.tolist()):
+        yield WorstToken(step, g, r, p, int(ids[r, p]), e, t, d)
+
+
+def _with_context(traj: dict, token: WorstToken, decode) -> WorstToken:
+    ids = traj["input_ids"]
+    ids = ids.reshape(1, -1) if ids.dim() == 1 else ids
+    before = ids[token.row, max(0, token.position - CONTEXT_TOKENS) : token.position]
+    show = decode or (lambda xs: " ".join(f"<{i}>" for i in xs))
+    context = f"{show(before.tolist())}[[{show([token.token])}]]"
+    return WorstToken(**{**asdict(token), "context": context})
