@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from dataclasses import dataclass, field
 
 from areal.api.cli_args import GRPOConfig, PPOConfig
@@ -292,7 +293,7 @@ class DebugConfig:
 
     def __post_init__(self):
         if self.dump_rollout_data and self.replay_rollout_data:
-            raise ValueError(
+            raise DebugConfigError(
                 "debug.dump_rollout_data=true and debug.replay_rollout_data=true "
                 "cannot be combined: a run either records rollouts or replays a "
                 "recording. Set debug.dump_rollout_data=true to record, or "
@@ -300,74 +301,74 @@ class DebugConfig:
                 "recording) to replay."
             )
         if self.compression not in Codec.names():
-            raise ValueError(
+            raise DebugConfigError(
                 f"debug.compression={self.compression!r} is not one of {Codec.names()}."
             )
         low, high = ZSTD_LEVELS
         if not low <= self.compression_level <= high or self.compression_level == 0:
-            raise ValueError(
+            raise DebugConfigError(
                 f"debug.compression_level must be a zstd level from {low} to {high} "
                 f"other than 0, got {self.compression_level}."
             )
         if self.compression_threads < 0:
-            raise ValueError(
+            raise DebugConfigError(
                 f"debug.compression_threads must be >= 0 (0: no worker threads), "
                 f"got {self.compression_threads}."
             )
         if self.record_every < 1:
-            raise ValueError(
+            raise DebugConfigError(
                 f"debug.record_every must be >= 1, got {self.record_every}."
             )
         if self.keep_last_steps is not None and self.keep_last_steps < 1:
-            raise ValueError(
+            raise DebugConfigError(
                 f"debug.keep_last_steps must be >= 1 (or null to keep every step), "
                 f"got {self.keep_last_steps}."
             )
         if self.max_disk_gb is not None and self.max_disk_gb <= 0:
-            raise ValueError(
+            raise DebugConfigError(
                 f"debug.max_disk_gb must be > 0 (or null), got {self.max_disk_gb}."
             )
         parse_steps(self.record_steps)  # raises ValueError naming the bad part
         for text in self.anomaly_thresholds:
             parse_threshold(text)
         if self.anomaly_context_steps < 0:
-            raise ValueError(
+            raise DebugConfigError(
                 "debug.anomaly_context_steps must be >= 0, got "
                 f"{self.anomaly_context_steps}."
             )
         if self.anomaly_median_factor is not None and self.anomaly_median_factor <= 1:
-            raise ValueError(
+            raise DebugConfigError(
                 "debug.anomaly_median_factor must be > 1 (or null to turn it off), "
                 f"got {self.anomaly_median_factor}."
             )
         for name in ("record_ref_logp", "replay_recorded_ref_logp"):
             if getattr(self, name) and not self.stage_digests:
-                raise ValueError(
+                raise DebugConfigError(
                     f"debug.{name}=true needs debug.stage_digests=true: the "
                     "reference log-probs are taken and checked where the stages "
                     "are digested. Drop debug.stage_digests=false."
                 )
         if self.max_pending_steps < 1:
-            raise ValueError(
+            raise DebugConfigError(
                 f"debug.max_pending_steps must be >= 1, got {self.max_pending_steps}."
             )
         for name in ("replay_start_step", "replay_end_step"):
             value = getattr(self, name)
             if value is not None and value < 0:
-                raise ValueError(f"debug.{name} must be >= 0, got {value}.")
+                raise DebugConfigError(f"debug.{name} must be >= 0, got {value}.")
         if (
             self.replay_start_step is not None
             and self.replay_end_step is not None
             and self.replay_end_step < self.replay_start_step
         ):
-            raise ValueError(
+            raise DebugConfigError(
                 f"debug.replay_end_step={self.replay_end_step} is before "
                 f"debug.replay_start_step={self.replay_start_step}; the range is "
                 "inclusive, so set replay_end_step >= replay_start_step."
             )
         for name in ("verify_rtol", "verify_atol"):
             if getattr(self, name) < 0:
-                raise ValueError(
+                raise DebugConfigError(
                     f"debug.{name} must be >= 0, got {getattr(self, name)}."
                 )
 
@@ -663,6 +664,16 @@ def load_expr_config(argv: list[str], config_cls=DebugPPOConfig):
     ``allocation_mode`` sets every training engine's backend
     (``agree_argv_with_allocation``).
     """
+    try:
+        return _load_expr_config(argv, config_cls)
+    except DebugConfigError as e:
+        # A mistake in the debug section: the message alone, as the launchers
+        # say it (and their exit status), not a traceback through AReaL's loading.
+        print(f"areal-debug: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _load_expr_config(argv: list[str], config_cls):
     from areal.api.cli_args import load_expr_config as areal_load_expr_config
 
     check_debug_keys(list(argv))

@@ -699,8 +699,20 @@ def test_a_recording_one_level_down_is_named(monkeypatch, capsys, tmp_path):
     assert f"Set debug.path={tmp_path}/areal_debug_recording." in err
 
 
-def test_load_expr_config_names_the_closest_debug_key():
-    from areal_debug.config import DebugConfigError, load_expr_config
+def test_load_expr_config_says_a_debug_mistake_in_one_line(capsys):
+    """A script's own load_expr_config: the message alone, exit status 2, as the
+    launchers say it; no traceback through AReaL's config loading."""
+    from areal_debug.config import load_expr_config
 
-    with pytest.raises(DebugConfigError, match="Did you mean debug.replay_end_step"):
+    with pytest.raises(SystemExit) as e:
         load_expr_config(["--config", FAKE_CONFIG, "debug.replay_end_stpe=2"])
+    assert e.value.code == 2 and e.value.__cause__ is None
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("areal-debug: 'debug.replay_end_stpe=2'")
+    assert "Did you mean debug.replay_end_step" in line
+    both = ["debug.replay_rollout_data=true", "debug.dump_rollout_data=true"]
+    with pytest.raises(SystemExit) as e:
+        load_expr_config(["--config", FAKE_CONFIG, *both])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "cannot be combined" in err and "Traceback" not in err
