@@ -248,7 +248,7 @@ def cmd_report(args) -> int:
 def cmd_mismatch(args) -> int:
     from areal_debug.inspect.common import (
         InspectError,
-        parse_int_list,
+        parse_steps,
         replay_report_at,
         require_path,
     )
@@ -262,7 +262,7 @@ def cmd_mismatch(args) -> int:
             worst = _worst_tokens(args, reader)
         else:
             report = replay_report_at(args.replay)[1] if args.replay else None
-            rows = mismatch.table(reader, parse_int_list(args.steps, "--steps"), report)
+            rows = mismatch.table(reader, parse_steps(args.steps), report)
     if args.top is not None:
         _emit(args, worst, render.worst_tokens(reader.path, worst))
         return 0 if worst.tokens else 4
@@ -297,7 +297,7 @@ def cmd_extract(args) -> int:
 
 def _worst_tokens(args, reader):
     """``mismatch --top N``: the loss tokens furthest from the engine's log-probs."""
-    from areal_debug.inspect.common import InspectError, parse_int_list
+    from areal_debug.inspect.common import InspectError, parse_steps
     from areal_debug.inspect.show import tokenizer_path_of
     from areal_debug.inspect.tokens import worst_tokens
 
@@ -308,7 +308,7 @@ def _worst_tokens(args, reader):
             "--top reads the recording's kept trainer log-probs; a replay's are not "
             "kept. Give the recording alone."
         )
-    wanted = parse_int_list(args.steps, "--steps")
+    wanted = parse_steps(args.steps)
     steps = [s for s in reader.available_steps() if wanted is None or s in wanted]
     decode = _decoder_of(tokenizer_path_of(reader))
     return worst_tokens(reader, steps, args.top, decode)
@@ -555,7 +555,10 @@ coloured by log-probability. Large recordings: --steps, and at most
         help="replay_report.json of a replay of it, or the replay's log directory",
     )
     p.add_argument("-o", "--output", required=True, help="HTML file to write")
-    p.add_argument("--steps", help="only these steps, e.g. 0-9,20 (default all)")
+    p.add_argument(
+        "--steps",
+        help="only these steps, e.g. 0-9,20,50- (50 to the last; default all)",
+    )
     p.add_argument(
         "--max-per-step",
         type=int,
@@ -609,7 +612,10 @@ debug.record_stage_tensors=true.""",
         nargs="?",
         help="replay_report.json of a replay of it, or the replay's log directory",
     )
-    p.add_argument("--steps", help="only these steps, e.g. 0-9,20 (default all)")
+    p.add_argument(
+        "--steps",
+        help="only these steps, e.g. 0-9,20,50- (50 to the last; default all)",
+    )
     p.add_argument(
         "--top",
         type=int,

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Retention: what a long dump run records, keeps and deletes (plan and writer)."""
 
+import json
 import os
 
 import pytest
@@ -266,3 +267,22 @@ def test_a_long_run_keeps_its_budget_and_pinned_steps_replay_bitwise(
         assert_identical(report)
         norm = report["steps"][0]["metrics"]["ppo_actor/update/grad_norm"]
         assert norm["replayed"] == recorded[step]["ppo_actor/update/grad_norm"] > 0
+
+
+def test_one_step_grammar_for_the_config_and_every_command(tmp_path, capsys):
+    """debug.record_steps and --steps read the same '0-9,50,100-' (issue 40)."""
+    from test_cli_inspect import record_with_stats
+
+    from areal_debug.cli import main
+    from areal_debug.recording.format import StepRanges
+
+    ranges = StepRanges.parse("0-2, 5,7-", "--steps ")
+    assert [s for s in range(10) if s in ranges] == [0, 1, 2, 5, 7, 8, 9]
+    assert parse_steps("0-2, 5,7-") == ranges.ranges
+    rec = str(tmp_path / "rec")
+    record_with_stats(rec, steps=4, anomaly_at=2, incomplete=4)
+    assert main(["mismatch", rec, "--steps", "2-", "--json"]) == 4  # none measured
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["step"] for r in rows] == [2, 3]
+    assert main(["mismatch", rec, "--steps", "2-x"]) == 1
+    assert "--steps '2-x': '2-x' is not a step or a range" in capsys.readouterr().err

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from areal_debug.compare.report import REPORT_NAME
 from areal_debug.logs import get_logger
-from areal_debug.recording.format import MANIFEST, RecordingError
+from areal_debug.recording.format import MANIFEST, RecordingError, StepRanges
 
 T = TypeVar("T")
 
@@ -90,6 +90,15 @@ def load_report_json(path: str) -> dict[str, Any]:
             f"the {REPORT_NAME} a replay wrote into its log directory."
         )
     return data
+
+
+def parse_steps(text: str | None, what: str = "--steps") -> StepRanges | None:
+    """A ``--steps`` option in the grammar of ``debug.record_steps`` (``0-9,50,100-``):
+    None for every step, else what ``in`` tests a step against."""
+    try:
+        return StepRanges.parse(text, f"{what} ")
+    except ValueError as e:
+        raise InspectError(str(e)) from None
 
 
 def parse_int_list(text: str | None, what: str) -> list[int] | None:

@@ -25,7 +25,7 @@ from areal_debug.inspect.common import (
     is_recording,
     logger,
     package_version,
-    parse_int_list,
+    parse_steps,
     replay_report_at,
     require_path,
     track,
@@ -126,11 +126,10 @@ def _chosen_steps(reader: RecordingReader, steps: str | None) -> list[int]:
             f"{format_ranges(reader.incomplete_steps())}): nothing to show. Let a "
             "dump run finish at least one step."
         )
-    wanted = parse_int_list(steps, "--steps")
+    wanted = parse_steps(steps)
     if wanted is None:
         return complete
-    wanted_set = set(wanted)
-    chosen = [s for s in complete if s in wanted_set]
+    chosen = [s for s in complete if s in wanted]
     if not chosen:
         raise InspectError(
             f"--steps {steps} names no complete step of {reader.path} (complete "

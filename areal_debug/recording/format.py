@@ -36,6 +36,46 @@ SUPPORTED_FORMAT_VERSIONS = (1, 2)
 REPLAY_REPORT_NAME = "replay_report.json"
 
 
+class StepRanges:
+    """Steps and ranges, ``'0-9,50,100-'``: the one grammar of
+    ``debug.record_steps`` and of every command's ``--steps``. A range without an
+    end runs to the last step."""
+
+    def __init__(self, ranges: list[tuple[int, int | None]]):
+        self.ranges = ranges
+
+    @classmethod
+    def parse(cls, spec: str | None, what: str) -> StepRanges | None:
+        """None for no spec (every step); a ValueError naming ``what`` (the key or
+        option, as the person wrote it: ``debug.record_steps=``, ``--steps ``)."""
+        if spec is None or str(spec).strip() == "":
+            return None
+        ranges: list[tuple[int, int | None]] = []
+        for part in str(spec).split(","):
+            part = part.strip()
+            try:
+                if "-" in part:
+                    lo, hi = part.split("-", 1)
+                    ranges.append((int(lo), int(hi) if hi.strip() else None))
+                else:
+                    ranges.append((int(part), int(part)))
+            except ValueError:
+                raise ValueError(
+                    f"{what}{spec!r}: {part!r} is not a step or a range. Write "
+                    "steps and ranges separated by commas, e.g. '0-9,50,100-' (a "
+                    "range without an end runs to the last step)."
+                ) from None
+        for lo, hi in ranges:
+            if lo < 0 or (hi is not None and hi < lo):
+                raise ValueError(f"{what}{spec!r}: bad range {lo}-{hi}.")
+        return cls(ranges)
+
+    def __contains__(self, step: object) -> bool:
+        return isinstance(step, int) and any(
+            lo <= step and (hi is None or step <= hi) for lo, hi in self.ranges
+        )
+
+
 class Codec(StrEnum):
     """How a payload's bytes are stored: its metadata's ``codec`` (the member's
     value) and the suffix of its file name. The one list of codecs."""

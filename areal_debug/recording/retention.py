@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from areal_debug.logs import get_logger
-from areal_debug.recording.format import step_dirname
+from areal_debug.recording.format import StepRanges, step_dirname
 
 logger = get_logger("DebugRetention")
 
@@ -29,28 +29,10 @@ DELETING_PREFIX = ".deleting-"
 
 
 def parse_steps(spec: str | None) -> list[tuple[int, int | None]] | None:
-    """'0-9,50,100-' -> [(0, 9), (50, 50), (100, None)]; None means every step."""
-    if spec is None or str(spec).strip() == "":
-        return None
-    ranges = []
-    for part in str(spec).split(","):
-        part = part.strip()
-        try:
-            if "-" in part:
-                lo, hi = part.split("-", 1)
-                ranges.append((int(lo), int(hi) if hi.strip() else None))
-            else:
-                ranges.append((int(part), int(part)))
-        except ValueError:
-            raise ValueError(
-                f"debug.record_steps={spec!r}: {part!r} is not a step or a range. "
-                "Write steps and ranges separated by commas, e.g. '0-9,50,100-' "
-                "(a range without an end runs to the last step)."
-            ) from None
-    for lo, hi in ranges:
-        if lo < 0 or (hi is not None and hi < lo):
-            raise ValueError(f"debug.record_steps={spec!r}: bad range {lo}-{hi}.")
-    return ranges
+    """'0-9,50,100-' -> [(0, 9), (50, 50), (100, None)]; None means every step
+    (``StepRanges``: the grammar every --steps reads too)."""
+    ranges = StepRanges.parse(spec, "debug.record_steps=")
+    return None if ranges is None else ranges.ranges
 
 
 @dataclass

@@ -19,6 +19,7 @@ pin a step (``debug.anomaly_thresholds``).
 from __future__ import annotations
 
 import math
+from collections.abc import Container
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,7 +155,7 @@ def of_replay(report: dict[str, Any]) -> dict[int, tuple[float | None, dict]]:
 
 
 def table(
-    reader, steps: list[int] | None = None, replay: dict[str, Any] | None = None
+    reader, steps: Container[int] | None = None, replay: dict[str, Any] | None = None
 ) -> list[StepMismatch]:
     """Each complete step's mismatch (``steps``: only those), with a replay
     report's beside it."""
