@@ -215,8 +215,15 @@ def cmd_diff(args) -> int:
 def cmd_plot(args) -> int:
     with _logs_to_stderr():
         from areal_debug.inspect import plot, plot_recording, render
+        from areal_debug.inspect.common import is_recording
 
-        result = plot.plot(args.a, args.b, args.output, args.metric, args.title)
+        if args.b is None and is_recording(args.a):
+            # One recording alone: its recorded run, pins and incomplete steps.
+            result = plot_recording.plot_recording(
+                args.a, args.output, args.metric, args.title
+            )
+        else:
+            result = plot.plot(args.a, args.b, args.output, args.metric, args.title)
     if isinstance(result, plot_recording.RecordingPlotResult):
         from rich.text import Text
 

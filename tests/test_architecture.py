@@ -216,11 +216,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 # Cycles that predate this test, outside recording/ (issue 40): each is to be
 # broken, and this list emptied; one broken already fails the test below, so it
 # cannot linger here.
-KNOWN_CYCLES = [
-    # plot() hands one recording alone to plot_recording, which draws with
-    # plot's panels.
-    ["areal_debug.inspect.plot", "areal_debug.inspect.plot_recording"],
-]
+KNOWN_CYCLES: list[list[str]] = []
 
 
 def test_no_import_cycles():

@@ -386,7 +386,10 @@ def test_every_stage_method_is_probed_by_name_from_one_table():
     assert list(digests["grads"]) == list(digests["weights"]) == per_mini_batch
     patches.remove_all()
     assert set(vars(engine)) == {"model", "lr", "clip", "n_minibatches"}
-    with pytest.raises(NotImplementedError, match="_probe_generate"):
+    with pytest.raises(
+        NotImplementedError,
+        match="names .generate., which no stage probe digests: add its probe to stages.probes._PROBES",
+    ):
         probes._probe("generate")
 
 

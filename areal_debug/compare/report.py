@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from areal_debug.recording.format import REPLAY_REPORT_NAME
-from areal_debug.stages.names import step_order
+from areal_debug.stages.names import Verdict, step_order
 
 REPORT_NAME = REPLAY_REPORT_NAME
 
@@ -82,7 +82,7 @@ class StepComparison:
         digested stage does but a metric diverged."""
         for stage in step_order(self.stages):  # whatever order the JSON keys came in
             result = self.stages[stage]
-            if result.get("status") == "differs":
+            if result.get("status") == Verdict.DIFFERS:
                 return {"step": self.global_step, "stage": stage, **result}
         worst = self.worst_metric()
         if worst is None:
@@ -94,7 +94,7 @@ class StepComparison:
         """The diverged metric with the largest relative difference, its entry and
         how many metrics diverged; None when none did."""
         diverged = {
-            k: m for k, m in self.metrics.items() if m.get("status") == "diverged"
+            k: m for k, m in self.metrics.items() if m.get("status") == Verdict.DIVERGED
         }
         if not diverged:
             return None
@@ -121,11 +121,11 @@ class ReplayReport:
     def headline(self) -> str:
         """One line: how the replay went, and what was changed that can explain it."""
         steps = self.steps
-        diverged = [e for e in steps if e.status == "diverged"]
+        diverged = [e for e in steps if e.status == Verdict.DIVERGED]
         if not steps:
             text = "no step compared"
         elif not diverged:
-            same = sum(e.status == "identical" for e in steps)
+            same = sum(e.status == Verdict.IDENTICAL for e in steps)
             text = (
                 f"identical to the recording at every step ({len(steps)})"
                 if same == len(steps)
@@ -142,7 +142,7 @@ class ReplayReport:
                     f"metric {first['metric']}"
                 )
         model = self.model or {}
-        if model.get("status") == "differs":
+        if model.get("status") == Verdict.DIFFERS:
             not_recorded = (
                 f"the model is not the recorded one ({model['differing']} of "
                 f"{model['compared']} parameters differ, first {model['where']})"
@@ -177,7 +177,7 @@ class ReplayReport:
     def first_stage_divergence(self) -> dict[str, Any] | None:
         """``{"step", "stage", "where", ...}`` of the first step that diverged."""
         for entry in self.steps:
-            if entry.status == "diverged":
+            if entry.status == Verdict.DIVERGED:
                 return entry.first_stage()
         return None
 
@@ -189,9 +189,9 @@ class ReplayReport:
             "topology": self.topology.to_json(),
             "summary": {
                 "steps": len(steps),
-                "identical_steps": sum(e.status == "identical" for e in steps),
+                "identical_steps": sum(e.status == Verdict.IDENTICAL for e in steps),
                 "all_identical": bool(steps)
-                and all(e.status == "identical" for e in steps),
+                and all(e.status == Verdict.IDENTICAL for e in steps),
                 "first_divergence": self.first_divergence(),
             },
             "first_divergence": self.first_stage_divergence(),

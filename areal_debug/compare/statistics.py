@@ -11,6 +11,7 @@ from typing import Any
 
 from areal_debug.compare.report import ReplayReport, StepComparison, TopologyChange
 from areal_debug.stages.comparison import describe, first_divergent_stage
+from areal_debug.stages.names import Verdict
 
 # Wall-clock timings differ between any two runs; they are not training results.
 _TIMING_PREFIXES = ("timeperf/",)
@@ -65,9 +66,9 @@ def compare_values(recorded: float, replayed: float, rtol: float, atol: float) -
         "abs_diff": abs_diff,
         "rel_diff": rel_diff,
         "identical": identical,
-        "status": "identical"
+        "status": Verdict.IDENTICAL
         if identical
-        else ("within_tolerance" if within else "diverged"),
+        else (Verdict.WITHIN_TOLERANCE if within else Verdict.DIVERGED),
     }
 
 
@@ -77,9 +78,9 @@ def _compare_metrics(
     metrics = {}
     for name in sorted(set(recorded) | set(replayed)):
         if name not in replayed:
-            metrics[name] = {"recorded": recorded[name], "status": "not_replayed"}
+            metrics[name] = {"recorded": recorded[name], "status": Verdict.NOT_REPLAYED}
         elif name not in recorded:
-            metrics[name] = {"replayed": replayed[name], "status": "not_recorded"}
+            metrics[name] = {"replayed": replayed[name], "status": Verdict.NOT_RECORDED}
         else:
             metrics[name] = compare_values(recorded[name], replayed[name], rtol, atol)
     return metrics
@@ -94,15 +95,15 @@ def _step_status(metrics: dict[str, dict]) -> str:
     statuses = {
         m["status"]
         for name, m in metrics.items()
-        if not (m["status"] == "not_recorded" and name.startswith(OWN_PREFIX))
+        if not (m["status"] == Verdict.NOT_RECORDED and name.startswith(OWN_PREFIX))
     }
-    if "diverged" in statuses:
-        return "diverged"
-    if statuses <= {"identical"}:
-        return "identical"
-    if statuses <= {"identical", "within_tolerance"}:
-        return "within_tolerance"
-    return "incomplete"
+    if Verdict.DIVERGED in statuses:
+        return Verdict.DIVERGED
+    if statuses <= {Verdict.IDENTICAL}:
+        return Verdict.IDENTICAL
+    if statuses <= {Verdict.IDENTICAL, Verdict.WITHIN_TOLERANCE}:
+        return Verdict.WITHIN_TOLERANCE
+    return Verdict.INCOMPLETE
 
 
 class StatsComparison:
@@ -130,10 +131,12 @@ class StatsComparison:
         identical even when every committed statistic is."""
         if recorded is None:
             metrics = {
-                k: {"replayed": v, "status": "not_recorded"}
+                k: {"replayed": v, "status": Verdict.NOT_RECORDED}
                 for k, v in replayed.items()
             }
-            entry = StepComparison(step, "no_recorded_stats", metrics, timings or {})
+            entry = StepComparison(
+                step, Verdict.NO_RECORDED_STATS, metrics, timings or {}
+            )
         else:
             r = self.report
             metrics = _compare_metrics(recorded, replayed, r.rtol, r.atol)
@@ -141,7 +144,7 @@ class StatsComparison:
         entry.stages = dict(stages or {})
         bitwise = self.report.rtol == 0 and self.report.atol == 0
         if bitwise and first_divergent_stage(entry.stages) is not None:
-            entry.status = "diverged"
+            entry.status = Verdict.DIVERGED
         self.report.steps.append(entry)
         return entry
 
@@ -188,4 +191,4 @@ class StatsComparison:
 
 def _all_stages_identical(entry: StepComparison) -> bool:
     statuses = {r.get("status") for r in entry.stages.values()}
-    return statuses == {"identical"}
+    return statuses == {Verdict.IDENTICAL}

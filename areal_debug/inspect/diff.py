@@ -21,6 +21,7 @@ from areal_debug.inspect.common import (
     track,
 )
 from areal_debug.recording.reader import RecordingReader, format_ranges
+from areal_debug.stages.names import Verdict
 
 
 @dataclass
@@ -97,7 +98,7 @@ def diff_recordings(a: str, b: str) -> RecordingDiff:
             training_stats(ra.recorded_stats(first.step) or {}),
             training_stats(rb.recorded_stats(first.step) or {}),
         )
-        stats = [r for r in stats if r.status != "identical"]
+        stats = [r for r in stats if r.status != Verdict.IDENTICAL]
     return RecordingDiff(
         a=os.path.abspath(a),
         b=os.path.abspath(b),
@@ -238,7 +239,7 @@ def _metric_rows(
 
 def _first_divergent(rows: list[MetricRow]) -> MetricRow | None:
     """The diverged metric with the largest relative difference at the first step."""
-    diverged = [r for r in rows if r.status == "diverged"]
+    diverged = [r for r in rows if r.status == Verdict.DIVERGED]
     if not diverged:
         return None
     step = min(r.step for r in diverged)

@@ -25,6 +25,7 @@ from areal_debug.recording.format import (
     list_step_dirs,
 )
 from areal_debug.recording.reader import RecordingReader
+from areal_debug.stages.names import Verdict
 
 # Directories no recording lives in: AReaL's own trees and a recording's insides.
 _SKIP_DIRS = {"name_resolve", "checkpoints", KEPT, "superseded", "__pycache__"}
@@ -47,7 +48,7 @@ class ReplaySummary:
         if not self.steps:
             return "no steps"
         if self.all_identical:
-            return "identical"
+            return Verdict.IDENTICAL
         first = self.first_divergence
         if first is None:
             return f"{self.identical_steps}/{len(self.steps)} identical, none diverged"
@@ -178,9 +179,9 @@ def _replay_summary(path: str, data: dict[str, Any]) -> ReplaySummary:
         report=path,
         trial=os.path.basename(os.path.dirname(path)),
         steps=steps,
-        identical_steps=sum(e.status == "identical" for e in report.steps),
+        identical_steps=sum(e.status == Verdict.IDENTICAL for e in report.steps),
         all_identical=bool(steps)
-        and all(e.status == "identical" for e in report.steps),
+        and all(e.status == Verdict.IDENTICAL for e in report.steps),
         first_divergence=report.first_divergence(),
         topology_changed=report.topology.changed,
     )

@@ -9,13 +9,9 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from areal_debug.inspect.common import InspectError, is_recording
+from areal_debug.inspect.common import InspectError
 from areal_debug.inspect.diff import Source, diff_runs, open_source, pair
-
-if TYPE_CHECKING:
-    from areal_debug.inspect.plot_recording import RecordingPlotResult
 
 # Shown by default, in this order, when the runs have them: what people look at
 # first when a step goes wrong. (metric, panel title, y-axis label with unit)
@@ -125,13 +121,9 @@ def plot(
     out: str,
     metrics: list[str] | None = None,
     title: str | None = None,
-) -> PlotResult | RecordingPlotResult:
-    """Draw ``a`` vs ``b`` (or a replay report vs its recording) into ``out`` (PNG);
-    one recording alone, its recorded run (:mod:`plot_recording`)."""
-    if b_path is None and is_recording(a_path):
-        from areal_debug.inspect.plot_recording import plot_recording
-
-        return plot_recording(a_path, out, metrics, title)
+) -> PlotResult:
+    """Draw ``a`` vs ``b`` (or a replay report vs its recording) into ``out`` (PNG).
+    One recording alone is its recorded run: :mod:`plot_recording`."""
     a, b = pair(open_source(a_path), open_source(b_path) if b_path else None)
     if a.kind == "report" and b.kind == "recording":
         a, b = b, a

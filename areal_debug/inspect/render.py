@@ -16,6 +16,7 @@ from rich.text import Text
 
 from areal_debug.inspect.common import human_bytes
 from areal_debug.recording.reader import format_ranges
+from areal_debug.stages.names import Verdict
 
 if TYPE_CHECKING:  # the modules behind the slow commands import AReaL
     from areal_debug.inspect.diff import RecordingDiff, RunDiff
@@ -241,7 +242,11 @@ def run_diff(d: RunDiff, all_metrics: bool, metrics: list[str] | None) -> Group:
             r
             for r in rows
             if r.metric.endswith(HEADLINE)
-            or (first is not None and r.step == first.step and r.status != "identical")
+            or (
+                first is not None
+                and r.step == first.step
+                and r.status != Verdict.IDENTICAL
+            )
         ]
     table = Table(title="Per-step statistics")
     for col in ("step", "metric", d.a_label, d.b_label, "rel diff", "status"):
@@ -249,7 +254,7 @@ def run_diff(d: RunDiff, all_metrics: bool, metrics: list[str] | None) -> Group:
             col, justify="left" if col in ("metric", "status") else "right"
         )
     for r in rows:
-        style = "red" if r.status == "diverged" else None
+        style = "red" if r.status == Verdict.DIVERGED else None
         table.add_row(
             str(r.step),
             r.metric,

@@ -15,6 +15,7 @@ from areal_debug.recording.format import RecordingError
 from areal_debug.recording.manifest import Layout
 from areal_debug.recording.reader import RecordingReader
 from areal_debug.stages.comparison import compare_model, compare_stages
+from areal_debug.stages.names import Verdict
 
 # The replay report's per-step timing of what the loop waited for recorded data.
 REPLAY_WAIT = "replay/wait_for_data"
@@ -101,13 +102,13 @@ class ReplayComparison:
         self.report.model = result
         atomic_write_json(self.report_path, self.report.to_json())
         status = result["status"]
-        if status == "identical":
+        if status == Verdict.IDENTICAL:
             logger.info(
                 f"Replay: the model is the recorded one ({result['against']}: "
                 f"all {result['compared']} parameters identical)."
             )
             return
-        if status != "differs":
+        if status != Verdict.DIFFERS:
             logger.info(f"Replay: the model is not checked: {result['reason']}.")
             return
         recorded_config = self.reader.manifest.config or {}
@@ -137,7 +138,7 @@ class ReplayComparison:
             step, recorded, training_stats(stats), timings, self._stages.pop(step, None)
         )
         atomic_write_json(self.report_path, self.report.to_json())
-        if entry.status == "diverged":
+        if entry.status == Verdict.DIVERGED:
             self._diverged(step)
 
     def _diverged(self, step: int) -> None:

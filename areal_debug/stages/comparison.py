@@ -29,11 +29,10 @@ from areal_debug.stages.names import (
     UPDATE_STAGES,
     WEIGHTS_PER_MINI_BATCH,
     StageTensorKey,
+    Verdict,
     split_mini_batch,
     step_order,
 )
-
-IDENTICAL, DIFFERS = "identical", "differs"
 
 
 def compare_stages(
@@ -67,7 +66,7 @@ def compare_stages(
             continue
         if not same_layout or len(rec_ranks) != len(rep_ranks):
             out[stage] = {
-                "status": "not_compared",
+                "status": Verdict.NOT_COMPARED,
                 "reason": "the layout changed; per-rank stages are compared only "
                 "on the dump run's layout (gradients and weights still are)",
             }
@@ -102,7 +101,7 @@ def compare_model(
         result["against"] = f"the dump run's weights after step {step - 1}"
         return result
     return {
-        "status": "not_compared",
+        "status": Verdict.NOT_COMPARED,
         "reason": f"the recording keeps no digest of the weights step {step} "
         "starts from (made by an earlier areal-debug, or with "
         "debug.stage_digests=false)",
@@ -138,13 +137,17 @@ def _after_update(entries: dict[str, list]) -> dict[str, list]:
 
 
 def _compare_ranks(stage, rec_ranks, rep_ranks, rec_t, rep_t) -> dict[str, Any]:
-    result: dict[str, Any] = {"status": IDENTICAL, "compared": 0, "differing": 0}
+    result: dict[str, Any] = {
+        "status": Verdict.IDENTICAL,
+        "compared": 0,
+        "differing": 0,
+    }
     differing = []
     for rank, (rec, rep) in enumerate(zip(rec_ranks, rep_ranks)):
         part = _compare_entries(stage, rec or {}, rep or {})
         result["compared"] += part["compared"]
         result["differing"] += part["differing"]
-        if part["status"] != IDENTICAL:
+        if part["status"] != Verdict.IDENTICAL:
             differing.append((part.get("mini_batch", -1), rank, part))
     if not differing:
         return result
@@ -164,7 +167,11 @@ def _compare_ranks(stage, rec_ranks, rep_ranks, rec_t, rep_t) -> dict[str, Any]:
 
 
 def _compare_entries(stage: str, rec: dict, rep: dict) -> dict[str, Any]:
-    result: dict[str, Any] = {"status": IDENTICAL, "compared": 0, "differing": 0}
+    result: dict[str, Any] = {
+        "status": Verdict.IDENTICAL,
+        "compared": 0,
+        "differing": 0,
+    }
     names = list(rec) + [n for n in rep if n not in rec]
     if stage in UPDATE_STAGES:
         # Mini-batch by mini-batch, as the step runs (a name only one side has too).
@@ -175,9 +182,9 @@ def _compare_entries(stage: str, rec: dict, rep: dict) -> dict[str, Any]:
         if a is not None and b is not None and a[0] == b[0]:
             continue
         result["differing"] += 1
-        if result["status"] != IDENTICAL:
+        if result["status"] != Verdict.IDENTICAL:
             continue
-        result["status"] = DIFFERS
+        result["status"] = Verdict.DIFFERS
         result["where"] = name
         mini_batch = _mini_batch_or(name, None) if stage in UPDATE_STAGES else None
         if mini_batch is not None:
@@ -221,7 +228,7 @@ def _mini_batch_or(name: str, default):
 def first_divergent_stage(stages: dict[str, dict[str, Any]]) -> str | None:
     """The stage the step first differs in (``step_order``), or None."""
     for stage in step_order(stages):
-        if stages[stage].get("status") == DIFFERS:
+        if stages[stage].get("status") == Verdict.DIFFERS:
             return stage
     return None
 
@@ -233,9 +240,9 @@ def describe(step: int, stages: dict[str, dict[str, Any]]) -> str:
     for stage in step_order(stages):
         r = stages[stage]
         status = r["status"]
-        if status == IDENTICAL:
+        if status == Verdict.IDENTICAL:
             parts.append(f"{stage} identical")
-        elif status == "not_compared":
+        elif status == Verdict.NOT_COMPARED:
             parts.append(f"{stage} not compared (layout changed)")
         elif stage == "grads":
             parts.append(

@@ -6,7 +6,25 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
+
+
+class Verdict(StrEnum):
+    """What a comparison of a replay with its recording found: the one
+    vocabulary of reports, stages and commands (a ``str``: JSON writes the
+    value, and a value read back from JSON compares equal)."""
+
+    IDENTICAL = "identical"  # bit for bit
+    WITHIN_TOLERANCE = "within_tolerance"  # a step or metric: within verify_rtol/atol
+    DIVERGED = "diverged"  # a step or metric: beyond the tolerance
+    DIFFERS = "differs"  # a stage's digests (exact, no tolerance)
+    NOT_COMPARED = "not_compared"  # with why (another layout, no digest kept)
+    NOT_RECORDED = "not_recorded"  # a metric the recording does not have
+    NOT_REPLAYED = "not_replayed"  # a recorded metric the replay did not commit
+    INCOMPLETE = "incomplete"  # a step with metrics on one side only
+    NO_RECORDED_STATS = "no_recorded_stats"  # a step the recording has no stats of
+
 
 # The order a PPO step runs its stages in; "stats" are the committed statistics.
 # "model": the actor's weights as a run's first step starts (after any checkpoint

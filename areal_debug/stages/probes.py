@@ -13,6 +13,7 @@ the recorded one?). ``take()`` hands over one step's ``StageRecord``.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -88,13 +89,13 @@ class StageProbes:
             patches.wrap(engine, method, self._probe(method)(role, engine))
 
     def _probe(self, method: str) -> Callable[[str, Any], Callable]:
-        probe = getattr(self, f"_probe_{method}", None)
+        probe = _PROBES.get(method)
         if probe is None:
             raise NotImplementedError(
                 f"areal_compat.STAGE_METHODS names {method!r}, which no stage probe "
-                f"digests: add StageProbes._probe_{method}."
+                "digests: add its probe to stages.probes._PROBES."
             )
-        return probe
+        return functools.partial(probe, self)
 
     def take(self) -> StageRecord:
         """This step's record: digests as plain values, the kept tensors, the
@@ -302,6 +303,16 @@ def _local_shards(named: list) -> list[tuple[str, torch.Tensor, int]]:
         if local is not None:
             items.append((name, local, offset))
     return items
+
+
+# The probe of each STAGE_METHODS method, by name: (probes, role, engine) -> wrapper.
+_PROBES: dict[str, Callable[..., Callable]] = {
+    "compute_logp": StageProbes._probe_compute_logp,
+    "compute_values": StageProbes._probe_compute_values,
+    "compute_advantages": StageProbes._probe_compute_advantages,
+    "train_batch": StageProbes._probe_train_batch,
+    "optimizer_step": StageProbes._probe_optimizer_step,
+}
 
 
 def stage_methods(role: str) -> tuple[str, ...]:
