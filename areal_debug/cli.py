@@ -323,13 +323,12 @@ def _worst_tokens(args, reader):
 
 def _decoder_of(path: str | None):
     """The run's tokenizer's decode, None where it cannot be loaded (ids shown)."""
-    if not path:
-        return None
-    try:
-        from transformers import AutoTokenizer
+    from areal_debug.inspect.common import InspectError
+    from areal_debug.inspect.show import load_tokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(path)
-    except Exception:  # noqa: BLE001 - token ids are shown instead
+    try:
+        tokenizer = load_tokenizer(path)
+    except InspectError:
         return None
     return lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
 

@@ -117,9 +117,9 @@ def _first_step_difference(
     ma, mb = ra.step_meta(step), rb.step_meta(step)
     if ma["num_shards"] != mb["num_shards"]:
         # Different layouts: compare the global batches.
-        ba = [t for s in range(ma["num_shards"]) for t in ra.load_shard(step, s)]
-        bb = [t for s in range(mb["num_shards"]) for t in rb.load_shard(step, s)]
-        return _first_batch_difference(step, None, ba, bb)
+        return _first_batch_difference(
+            step, None, ra.load_batch(step), rb.load_batch(step)
+        )
     for shard, (ea, eb) in enumerate(zip(ma["shards"], mb["shards"])):
         if ea["sha256"] == eb["sha256"]:
             continue  # same bytes on disk: same batch, nothing to load

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from areal_debug.inspect.tokens import Place, load_batch, stage_rows
+from areal_debug.inspect.tokens import Place, stage_rows
 from areal_debug.recording.format import RecordingError
 from areal_debug.recording.reader import RecordingReader
 from areal_debug.stages.names import trajectory_index
@@ -68,7 +68,7 @@ def step_detail(
     """Step ``step`` as the page shows it when the step is clicked; ``divergence``
     is the replay report's first divergent stage when it is this step's."""
     meta = reader.step_meta(step)
-    batch = load_batch(reader, step)
+    batch = reader.load_batch(step)
     paired = stage_rows(reader, step, batch, TOKEN_VIEW_STAGES)
     kept, stage_note = paired.values, paired.note
     marked = _divergent_place(divergence, paired.places)

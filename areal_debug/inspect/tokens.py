@@ -40,16 +40,6 @@ class StageRows:
     note: str | None = None
 
 
-def load_batch(reader: RecordingReader, step: int) -> list:
-    """The step's whole batch, its shards in head order."""
-    meta = reader.step_meta(step)
-    return [
-        traj
-        for shard in range(meta["num_shards"])
-        for traj in reader.load_shard(step, shard)
-    ]
-
-
 def stage_rows(
     reader: RecordingReader, step: int, batch: list, stages: tuple[str, ...]
 ) -> StageRows:
@@ -153,27 +143,25 @@ def worst_tokens(
 ) -> WorstTokens:
     """The ``n`` loss tokens of ``steps`` with the largest |trainer - engine|,
     worst first; ``decode(ids) -> str`` writes their context (ids without)."""
-    heap: list[tuple[float, tuple, WorstToken]] = []
+    # (|d|, where: the tie-break, the token, its row's ids for the context).
+    heap: list[tuple[float, tuple, WorstToken, torch.Tensor]] = []
     missing = []
     for step in steps:
-        batch = load_batch(reader, step)
+        batch = reader.load_batch(step)
         paired = stage_rows(reader, step, batch, ("logp",))
         if not paired.values:
             missing.append(step)
             continue
         for (g, r), values in paired.values.items():
-            for token in _row_deltas(step, batch[g], g, r, values["logp"]):
-                item = (abs(token.delta), (-step, -g, -r, -token.position), token)
+            for token, row_ids in _row_deltas(step, batch[g], g, r, values["logp"]):
+                where = (-step, -g, -r, -token.position)
+                item = (abs(token.delta), where, token, row_ids)
                 if len(heap) < n:
                     heapq.heappush(heap, item)
                 elif item[:2] > heap[0][:2]:
                     heapq.heapreplace(heap, item)
-    worst = [t for _, _, t in sorted(heap, key=lambda i: i[:2], reverse=True)]
-    batches: dict[int, list] = {}
-    for i, t in enumerate(worst):
-        if t.step not in batches:
-            batches[t.step] = load_batch(reader, t.step)
-        worst[i] = _with_context(batches[t.step][t.group], t, decode)
+    ranked = sorted(heap, key=lambda i: i[:2], reverse=True)
+    worst = [_with_context(row_ids, t, decode) for _, _, t, row_ids in ranked]
     notes = []
     if missing:
         from areal_debug.recording.reader import format_ranges
@@ -187,7 +175,8 @@ def worst_tokens(
 
 
 def _row_deltas(step: int, traj: dict, g: int, r: int, trainer: torch.Tensor):
-    """The row's loss tokens with their engine and trainer log-probs."""
+    """The row's loss tokens with their engine and trainer log-probs, each
+    with the row's ids (a view: the context of the few kept)."""
     engine, mask, ids = (traj.get(k) for k in ("logprobs", "loss_mask", "input_ids"))
     if not all(isinstance(t, torch.Tensor) for t in (engine, mask, ids)):
         return
@@ -203,13 +192,11 @@ def _row_deltas(step: int, traj: dict, g: int, r: int, trainer: torch.Tensor):
     trn = trainer[picked - 1].double()
     delta = trn - eng
     for p, e, t, d in zip(picked.tolist(), eng.tolist(), trn.tolist(), delta.tolist()):
-        yield WorstToken(step, g, r, p, int(ids[r, p]), e, t, d)
+        yield WorstToken(step, g, r, p, int(ids[r, p]), e, t, d), ids[r]
 
 
-def _with_context(traj: dict, token: WorstToken, decode) -> WorstToken:
-    ids = traj["input_ids"]
-    ids = ids.reshape(1, -1) if ids.dim() == 1 else ids
-    before = ids[token.row, max(0, token.position - CONTEXT_TOKENS) : token.position]
+def _with_context(row_ids: torch.Tensor, token: WorstToken, decode) -> WorstToken:
+    before = row_ids[max(0, token.position - CONTEXT_TOKENS) : token.position]
     show = decode or (lambda xs: " ".join(f"<{i}>" for i in xs))
     context = f"{show(before.tolist())}[[{show([token.token])}]]"
     return WorstToken(**{**asdict(token), "context": context})

@@ -379,6 +379,14 @@ class RecordingReader:
         )
         return load_payload_bytes(raw, path), path
 
+    def load_batch(self, step: int) -> list[dict[str, Any]]:
+        """The step's global batch: its shards' trajectories in head order."""
+        return [
+            traj
+            for shard in range(self.step_meta(step)["num_shards"])
+            for traj in self.load_shard(step, shard)
+        ]
+
     def load_for_head(
         self, step: int, dp_rank: int, dp_size: int
     ) -> list[dict[str, Any]]:

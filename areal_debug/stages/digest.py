@@ -160,6 +160,14 @@ class StageLog:
             self.tensors[(stage, name)] = t.detach().to("cpu", copy=True)
         self.seconds += time.perf_counter() - t0
 
+    def adopt(self, other: StageLog) -> None:
+        """Take ``other``'s digests (and its time) into this log: a stage
+        digested on its own, once, that belongs to this step too."""
+        for stage, names in other.entries.items():
+            self.entries.setdefault(stage, {}).update(names)
+        self.tensors.update(other.tensors)
+        self.seconds += other.seconds
+
     def keep_only(self, stage: str, name: str, t: torch.Tensor) -> None:
         """Keep ``t`` beside the stage's kept tensors, undigested: what identifies
         a row (its tokens), not a result a replay compares."""

@@ -282,10 +282,12 @@ class StageProbes:
         out: list = []
 
         def work() -> None:
-            self._add_shards(MODEL_STAGE, named)
+            # One read of the weights: digested alone (for the check now), then
+            # the same entries taken into the step's record.
             alone = StageLog()
             alone.add_many(MODEL_STAGE, _local_shards(named))
             out.append(alone.to_host().get(MODEL_STAGE, {}))
+            self.log.adopt(alone)
 
         self._digest(MODEL_STAGE, work)
         return out[0] if out else None
