@@ -270,6 +270,9 @@ def cmd_mismatch(args) -> int:
         else:
             report = replay_report_at(args.replay)[1] if args.replay else None
             rows = mismatch.table(reader, parse_steps(args.steps), report)
+            _add_token_figures(reader, rows)
+            if args.output:
+                plotted = _plot_mismatch(args, reader)
     if args.top is not None:
         _emit(args, worst, render.worst_tokens(reader.path, worst))
         return 0 if worst.tokens else 4
@@ -280,8 +283,64 @@ def cmd_mismatch(args) -> int:
             + f" (complete: {format_ranges(reader.available_steps())})."
         )
     _emit(args, rows, render.mismatch(reader.path, rows))
+    if args.output and not args.json:
+        print(f"Plot: {plotted}")
     measured = any(r.recorded or r.replayed for r in rows)
     return 0 if measured else 4
+
+
+# Steps whose per-token figures the table reads unasked: each reads its batch and
+# its kept log-probs (a fraction of a second at 512 x 2k tokens), so a flight
+# recording of thousands of steps gets them for the steps --steps names.
+PER_TOKEN_STEPS = 64
+
+
+def _add_token_figures(reader, rows) -> None:
+    """Each step's ratio percentiles and worst row, where it kept the trainer's
+    per-token log-probs."""
+    from dataclasses import asdict
+
+    from areal_debug.inspect.tokens import token_figures
+
+    if len(rows) > PER_TOKEN_STEPS:
+        print(
+            f"{len(rows)} steps: the ratio's percentiles and the worst row are read "
+            f"per token for at most {PER_TOKEN_STEPS}; name them with --steps.",
+            file=sys.stderr,
+        )
+        return
+    for row in rows:
+        figures = token_figures(reader, row.step)
+        row.per_token = asdict(figures) if figures is not None else None
+
+
+def _plot_mismatch(args, reader) -> str:
+    """``mismatch -o``: the mismatch statistics over the steps, beside a replay's
+    when one is given; the PNG's path."""
+    from areal_debug.inspect import plot, plot_recording
+    from areal_debug.inspect.common import InspectError
+    from areal_debug.stages.mismatch import stat_name
+
+    wanted = [
+        stat_name("abs_diff", "avg"),
+        stat_name("abs_diff", "max"),
+        stat_name("k3", "avg"),
+        stat_name("ratio", "max"),
+        stat_name("over_log2", "avg"),
+    ]
+    have = set().union(
+        *(reader.recorded_stats(s) or {} for s in reader.available_steps())
+    )
+    metrics = [m for m in wanted if m in have]
+    if not metrics:
+        raise InspectError(
+            f"{reader.path} has no mismatch statistics to plot (recorded with "
+            "actor.recompute_logprob=false, or before areal-debug measured them)."
+        )
+    title = f"training-inference mismatch of {reader.manifest.experiment_name}"
+    if args.replay:
+        return plot.plot(reader.path, args.replay, args.output, metrics, title).path
+    return plot_recording.plot_recording(reader.path, args.output, metrics, title).path
 
 
 def cmd_extract(args) -> int:
@@ -600,17 +659,18 @@ def _add_mismatch(sub) -> None:
                                                    replay with another actor.dtype)
   areal-debug mismatch REC --top 20                 the 20 loss tokens furthest from
                                                    the engine's log-probs, in context
-  areal-debug plot REC --metric areal_debug/mismatch/abs_diff/max -o gap.png
+  areal-debug mismatch REC -o gap.png              and a plot of it over the steps
 
 Per loss token (never prompt or padding), d = trainer - engine log-prob of the same
 token, measured where the actor recomputes log-probs (before the step's first
 optimizer step; needs actor.recompute_logprob): mean and max |d|, the k1, k2, k3
 estimates of KL(engine || trainer), the importance ratio exp(d) before any clamp,
-and the share of tokens with |d| above log 2 and log 5. Exit code 4 when no step
-has it (recompute off, or recorded before areal-debug measured it). --top N lists
-the N loss tokens with the largest |d| (step, trajectory, position, both log-probs,
-the tokens before it), from the trainer's per-token log-probs a dump keeps with
-debug.record_stage_tensors=true.""",
+and the share of tokens with |d| above log 2 and log 5; from the trainer's
+per-token log-probs a dump keeps (debug.record_trainer_logp, on by default) the
+ratio's p50 and p99 and the row (group.row) with the worst token. Exit code 4 when
+no step has it (recompute off, or recorded before areal-debug measured it). --top N
+lists the N loss tokens with the largest |d| (step, trajectory, position, both
+log-probs, the tokens before it), from those per-token log-probs.""",
     )
     p.add_argument("recording", help="recording directory (holds manifest.json)")
     p.add_argument(
@@ -627,6 +687,13 @@ debug.record_stage_tensors=true.""",
         type=int,
         metavar="N",
         help="the N loss tokens furthest from the engine's log-probs, in context",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="PNG",
+        help="also plot the mismatch statistics over the steps (beside the "
+        "replay's when one is given) into this PNG",
     )
     _json_flag(p)
     p.set_defaults(func=cmd_mismatch)

@@ -230,6 +230,19 @@ class DebugConfig:
             "about a recorded batch's size again per step."
         },
     )
+    record_trainer_logp: bool = field(
+        default=True,
+        metadata={
+            "help": "Dump and replay: keep the log-probs the actor recomputes for the "
+            "sampled tokens (before the step's first optimizer step), with each "
+            "row's tokens to pair them with the recorded rows, compressed in "
+            "step-N/stage_tensors.pt (about 8 bytes per token before compression). "
+            "The training-inference mismatch per token (areal-debug mismatch --top, "
+            "the ratio's percentiles, the report's token view) is read from them; "
+            "a replay says at which token its log-probs first differ. Needs "
+            "debug.stage_digests and actor.recompute_logprob."
+        },
+    )
     record_ref_logp: bool = field(
         default=False,
         metadata={
@@ -287,9 +300,12 @@ class DebugConfig:
         """The stages whose full per-token tensors a run keeps."""
         if self.record_stage_tensors:
             return frozenset(TOKEN_STAGES)
+        kept = set()
+        if self.record_trainer_logp:
+            kept.add("logp")
         if self.record_ref_logp:
-            return frozenset({"ref_logp"})
-        return frozenset()
+            kept.add("ref_logp")
+        return frozenset(kept)
 
     def __post_init__(self):
         if self.dump_rollout_data and self.replay_rollout_data:

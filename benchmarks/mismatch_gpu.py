@@ -99,6 +99,8 @@ def main(argv=None) -> int:
         t1 = time.perf_counter()
         d, m = mismatch.token_deltas(engine, list(old[:, None]))
         kept = [t.clone() for t in mismatch.token_stats(d, m).values()]
+        # The per-token log-probs and tokens a dump keeps (debug.record_trainer_logp).
+        kept += [old.to("cpu", copy=True), ids.to(torch.int32).to("cpu", copy=True)]
         sync()
         t2 = time.perf_counter()
         for mb in range(MINI_BATCHES):

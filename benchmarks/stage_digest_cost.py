@@ -161,10 +161,16 @@ class TinyStep:
 
     def _mismatch(self, trainer: torch.Tensor) -> int:
         """What the probe does with one compute_logp call: pair each token with
-        the engine's log-prob of it, every statistic per token, and the copies
-        AReaL's stats tracker keeps of them (stats_tracker.stat clones)."""
+        the engine's log-prob of it, every statistic per token, the copies
+        AReaL's stats tracker keeps of them (stats_tracker.stat clones), and the
+        per-token log-probs kept for the recording with each row's tokens
+        (debug.record_trainer_logp: StageLog keeps a host copy of each, int32
+        tokens). Compressing and writing them is the writer's, off the step."""
         d, mask = mismatch.token_deltas(self.trajectories, list(trainer[:, None]))
         kept = [t.clone() for t in mismatch.token_stats(d, mask).values()]
+        for i, row in enumerate(trainer):
+            kept.append(row.detach().to("cpu", copy=True))
+            kept.append(self.ids[i].to(torch.int32).to("cpu", copy=True))
         return int(mask.sum()) + len(kept)
 
 
@@ -263,8 +269,8 @@ def main(argv=None) -> int:
     )
     print(
         f"# training-inference mismatch: {measured * 1e3:.2f} ms a step over "
-        f"{SEQUENCES * (SEQLEN - 1) // 2} loss tokens (7 statistics per token and "
-        "the stats tracker's copies)"
+        f"{SEQUENCES * (SEQLEN - 1) // 2} loss tokens (7 statistics per token, "
+        "the stats tracker's copies, and the per-token log-probs and tokens kept)"
     )
     print(
         median_figure(

@@ -18,7 +18,12 @@ from test_store import manifest, record, traj
 
 from areal_debug.cli import main
 from areal_debug.recording.atomic import atomic_write_json
-from areal_debug.recording.format import STEP_META, shard_meta_name, step_dirname
+from areal_debug.recording.format import (
+    FORMAT_VERSION,
+    STEP_META,
+    shard_meta_name,
+    step_dirname,
+)
 from areal_debug.recording.packed_payload import pack
 from areal_debug.recording.reader import RecordingReader
 from areal_debug.recording.writer.payload_file import save_payload
@@ -276,7 +281,7 @@ def test_ls_shows_pins_checkpoints_and_the_replay_verdict(
     assert (rec["experiment"], rec["mode"], rec["format_version"]) == (
         "tiny",
         "spmd",
-        2,
+        FORMAT_VERSION,
     )
     assert rec["steps"] == steps and rec["incomplete"] == []
     # The anomaly threshold fires at every step: each pins itself and two before.

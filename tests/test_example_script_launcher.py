@@ -84,8 +84,11 @@ def test_gsm8k_script_records_through_the_spmd_launcher(gsm8k_spmd):
     stages, tensors = reader.recorded_stages(0)
     assert {"ref_logp", "values"} <= set(stages["ranks"][0])
     kept = ref_logp_tensors(tensors)
-    # Only the reference log-probs, and beside each the tokens it was computed for.
-    assert kept and set(tensors) == set(kept) | {f"{k} tokens" for k in kept}
+    # The reference log-probs and the actor's recomputed ones (kept by default,
+    # debug.record_trainer_logp), beside each the tokens it was computed for.
+    actor = {k.replace("/ref_logp/", "/logp/"): t for k, t in kept.items()}
+    both = set(kept) | set(actor)
+    assert kept and set(tensors) == both | {f"{k} tokens" for k in both}
     assert len(kept) == len(stages["ranks"][0]["ref_logp"])
     # Log-probs, one row per sequence of the trajectory group (n_samples 4).
     assert all(t.shape[0] == 4 and bool((t <= 0).all()) for t in kept.values())

@@ -22,6 +22,7 @@ from support.harness import (
 from support.scripts import SCRIPTS_SEED, env_for, processes_of, run_script
 
 from areal_debug.recording.reader import RecordingReader
+from areal_debug.stages.names import StageTensorKey
 from areal_debug.stages.recorded_ref_logp import ref_logp_tensors
 
 pytestmark = [pytest.mark.areal, pytest.mark.scheduler(seed=SCRIPTS_SEED)]
@@ -139,10 +140,12 @@ def test_dump_of_an_unchanged_example_script(gsm8k_workdir, example, gsm8k_dump)
         "values",
     ]
     assert sorted(stages["global"]) == ["grads", "model", "weights"]
-    assert tensors and all("/ref_logp/trajectory " in name for name in tensors)
+    # And the actor's recomputed log-probs (debug.record_trainer_logp, default).
+    stages_kept = {StageTensorKey.parse(name).stage for name in tensors or {}}
+    assert stages_kept == {"ref_logp", "logp"}
     # Each trajectory's log-probs, and the tokens they were computed for.
     assert len(ref_logp_tensors(tensors)) == len(stages["ranks"][0]["ref_logp"])
-    assert len(tensors) == 2 * len(stages["ranks"][0]["ref_logp"])
+    assert len(tensors) == 4 * len(stages["ranks"][0]["ref_logp"])
     assert {t.shape[0] for t in tensors.values()} == {4}
     if example.teacher:
         assert "The teacher workers attach to running inference servers" in gsm8k_dump

@@ -265,17 +265,40 @@ def test_the_page_in_a_browser_small_recording(tmp_path):
         page.click("#traj-table th[data-key='reward']")
         rewards = page.locator("#traj-rows tr td:nth-child(3)").all_inner_texts()
         assert [float(r) for r in rewards] == sorted(map(float, rewards), reverse=True)
+        # Each row's worst token (d = trainer - engine), sortable, largest |d| first.
+        page.click("#traj-table th[data-key='worst_delta']")
+        assert page.inner_text("#traj-table th[data-key='worst_delta']") == "worst Δ ▼"
+        worst = page.locator("#traj-rows tr td:nth-child(12)").all_inner_texts()
+        assert len(worst) == 2 and all(abs(float(w) + 0.5) < 1e-5 for w in worst)
+        page.click("#traj-table th[data-key='reward']")
         page.click("#traj-rows tr >> nth=0")
         colours = coloured_tokens(page)
         assert len(colours) == 5 and "rgba(0, 0, 0, 0)" not in colours
-        # Three sources to colour by: generation, recomputed and reference log-probs.
-        assert page.locator("#traj select option").count() == 3
+        # Four to colour by: generation, recomputed and reference log-probs, and
+        # the mismatch between the first two.
+        assert page.locator("#traj select option").count() == 4
         # The label follows the switch; the legend runs from 0 nats (green) on the
         # left to -6 (red); tokens stand apart.
         assert page.inner_text("#coloured-by") == "recorded log-prob (generation)"
         page.select_option("#traj select", "stage_logp")
         assert page.inner_text("#coloured-by").startswith("recomputed log-prob")
         assert coloured_tokens(page) != colours
+        # By d = trainer - engine: planted at -0.5 on every token, the scale's end.
+        page.select_option("#traj select", "delta")
+        assert page.inner_text("#coloured-by") == "Δ = trainer − engine log-prob"
+        # (The page holds log-probs in thousandths: d may read -0.499 or -0.501.)
+        # This recording's first completion token sits at position 0, which
+        # nothing predicts: no trainer log-prob, no d, no colour.
+        first, *rest = coloured_tokens(page)
+        assert first == "rgba(0, 0, 0, 0)" and len(rest) == 4
+        for colour in rest:
+            red, green, _ = map(float, re.findall(r"[\d.]+", colour))
+            assert red == 230 and green <= 82, colour
+        tip = page.get_attribute("#tokens .tok >> nth=1", "title")
+        d = float(re.search(r"Δ = trainer − engine log-prob: (\S+)", tip)[1])
+        ratio = float(re.search(r"importance ratio exp\(Δ\): (\S+)", tip)[1])
+        assert abs(d + 0.5) <= 0.0015 and ratio == pytest.approx(math.exp(d), 1e-3)
+        page.select_option("#traj select", "stage_logp")
         gradient = page.eval_on_selector(
             ".scale", "e => getComputedStyle(e).backgroundImage"
         )
@@ -432,3 +455,12 @@ def test_the_trainers_log_probs_are_paired_with_the_recorded_tokens(sc_d2, tmp_p
             gaps += sum(abs(a - b) for a, b in pairs)
     assert paired > 0
     assert gaps / paired < 100, gaps / paired  # thousandths of a nat
+    # Each row's worst token over all its loss tokens: at least the shown ones'.
+    for detail in data["details"].values():
+        for row in detail["rows"]:
+            shown = max(
+                abs(b - a)
+                for a, b in zip(row["logp"], row["stage_logp"])
+                if a is not None and b is not None
+            )
+            assert abs(row["worst_delta"]) * 1000 >= shown - 1

@@ -81,7 +81,7 @@ def test_a_batch_without_engine_log_probs_is_not_measured():
 
 @pytest.mark.areal
 def test_each_recorded_step_has_its_mismatch_and_a_replay_reproduces_it(
-    spmd_d1, spmd_d1_replay, capsys
+    spmd_d1, spmd_d1_replay, capsys, tmp_path
 ):
     assert spmd_d1_replay.returncode == 0, spmd_d1_replay.log[-3000:]
     reader = RecordingReader(spmd_d1.path)
@@ -112,9 +112,19 @@ def test_each_recorded_step_has_its_mismatch_and_a_replay_reproduces_it(
     rc, rows = run_json(capsys, "mismatch", spmd_d1.path, str(replay_dir))
     assert rc == 0 and [r["step"] for r in rows] == list(range(SPMD_D1_STEPS))
     assert all(r["recorded"] == r["replayed"] for r in rows)
-    assert main(["mismatch", spmd_d1.path, "--steps", "2"]) == 0
+    # The trainer's per-token log-probs are kept by default (record_trainer_logp):
+    # the ratio's percentiles and the worst row, from the same tokens as the stats.
+    for r in rows:
+        fig, rec = r["per_token"], r["recorded"]
+        assert fig["tokens"] == r["tokens"]
+        assert rec["ratio/min"] <= fig["ratio_p50"] <= fig["ratio_p99"]
+        assert fig["ratio_p99"] <= rec["ratio/max"] * (1 + 1e-5)
+        assert fig["worst_abs_diff"] == pytest.approx(rec["abs_diff/max"], rel=1e-5)
+    png = tmp_path / "gap.png"
+    assert main(["mismatch", spmd_d1.path, str(replay_dir), "-o", str(png)]) == 0
     shown = capsys.readouterr().out
-    assert "mean |d|" in shown and "|d|>log5" in shown
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"Plot: {png}" in shown
+    assert "mean|d|" in shown and ">log5" in shown and "r p99" in shown
 
 
 PLANTED = -50.0  # nats: no sampled token's log-prob is near it
@@ -193,4 +203,4 @@ def test_top_names_a_planted_token_with_its_context(sc_d2, tmp_path, capsys):
     bare = tmp_path / "bare"
     record_with_stats(str(bare), steps=2, anomaly_at=1, incomplete=2)
     assert main(["mismatch", str(bare), "--top", "3"]) == 4
-    assert "debug.record_stage_tensors=true" in capsys.readouterr().out
+    assert "debug.record_trainer_logp=true" in capsys.readouterr().out

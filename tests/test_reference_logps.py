@@ -97,6 +97,10 @@ def test_the_reference_probe_digests_the_recorded_logps_and_counts_no_forward():
 
 
 def test_recorded_reference_options_need_stage_digests():
-    assert DebugConfig(record_ref_logp=True).kept_stage_tensors() == {"ref_logp"}
+    assert DebugConfig(record_ref_logp=True).kept_stage_tensors() == {
+        "ref_logp",
+        "logp",
+    }
+    assert DebugConfig(record_trainer_logp=False).kept_stage_tensors() == set()
     with pytest.raises(ValueError, match="debug.stage_digests=true"):
         DebugConfig(replay_recorded_ref_logp=True, stage_digests=False)

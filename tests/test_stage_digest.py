@@ -165,7 +165,12 @@ def test_stages_round_trip_through_the_recording_and_damage_is_named(tmp_path):
 
     from test_store import manifest, traj
 
-    from areal_debug.recording.format import STAGE_TENSORS, step_dirname
+    from areal_debug.recording.format import (
+        STAGE_TENSORS,
+        Codec,
+        stage_tensors_name,
+        step_dirname,
+    )
     from areal_debug.recording.reader import RecordingReader
     from areal_debug.recording.writer.recording_writer import RecordingWriter
     from areal_debug.recording.writer.start import write_manifest
@@ -185,10 +190,21 @@ def test_stages_round_trip_through_the_recording_and_damage_is_named(tmp_path):
     assert RecordingReader(path).recorded_stages(1) == (None, None)
 
     step_dir = os.path.join(path, step_dirname(0))
-    with open(os.path.join(step_dir, STAGE_TENSORS), "r+b") as f:
+    # Through the recording's codec (zstd by default), named in stages.json.
+    name = stage_tensors_name(Codec.ZSTD)
+    assert sorted(os.listdir(step_dir)).count(name) == 1
+    assert STAGE_TENSORS not in os.listdir(step_dir)
+    with open(os.path.join(step_dir, name), "r+b") as f:
         f.seek(-3, 2)
         f.write(b"\x00\x01\x02")
-    with pytest.raises(RecordingError, match=f"Checksum mismatch in .*{STAGE_TENSORS}"):
+    with pytest.raises(RecordingError, match=f"Checksum mismatch in .*{name}"):
+        RecordingReader(path).recorded_stages(0)
+    # A name in stages.json that leaves the step's directory is refused.
+    with open(os.path.join(step_dir, STAGES_FILE)) as f:
+        body = json.load(f)
+    with open(os.path.join(step_dir, STAGES_FILE), "w") as f:
+        json.dump({**body, "tensors_file": "../../manifest.json"}, f)
+    with pytest.raises(RecordingError):
         RecordingReader(path).recorded_stages(0)
     with open(os.path.join(step_dir, STAGES_FILE), "w") as f:
         json.dump({"ranks": "not a list", "global": {}}, f)

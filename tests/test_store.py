@@ -216,7 +216,7 @@ def test_unsupported_format_version(tmp_path):
     (tmp_path / MANIFEST).write_text(json.dumps(m))
     with pytest.raises(RecordingError) as e:
         RecordingReader(str(tmp_path))
-    assert "format_version=99" in str(e.value) and "[1, 2]" in str(e.value)
+    assert "format_version=99" in str(e.value) and "[1, 2, 3]" in str(e.value)
 
 
 def test_wrong_path_and_non_recording(tmp_path):

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from areal_debug.inspect.tokens import Place, stage_rows
+from areal_debug.inspect.tokens import Place, row_loss_tokens, stage_rows
 from areal_debug.recording.format import RecordingError
 from areal_debug.recording.reader import RecordingReader
 from areal_debug.stages.names import trajectory_index
@@ -88,6 +88,7 @@ def step_detail(
                 row["i"] = total
                 positions = summary["generated"][r].nonzero().reshape(-1)
                 _add_stage_values(row, kept.get((g, r)), positions)
+                _add_worst_delta(row, traj, r, kept.get((g, r)))
                 if marked is not None and marked[0] == (g, r):
                     _mark_token(row, positions, marked[1])
                 rows.append(row)
@@ -219,6 +220,19 @@ def _add_stage_values(row, stage_values, positions: torch.Tensor) -> None:
         width = values.shape[-1]
         picked = [values[p].item() if 0 <= p < width else math.nan for p in at]
         row[f"stage_{stage}"] = _milli(picked)
+
+
+def _add_worst_delta(row, traj: dict, r: int, stage_values) -> None:
+    """The row's loss token whose trainer log-prob is furthest from the engine's:
+    d = trainer - engine there, over all its loss tokens (not only those shown),
+    so the table sorts rows by their worst token."""
+    trainer = (stage_values or {}).get("logp")
+    found = row_loss_tokens(traj, r, trainer) if trainer is not None else None
+    if found is None:
+        return
+    d = found[2] - found[1]
+    worst = float(d[d.abs().argmax()])
+    row["worst_delta"] = worst if math.isfinite(worst) else str(worst)
 
 
 def _divergent_place(

@@ -10,6 +10,7 @@ import math
 import shlex
 from typing import TYPE_CHECKING, Any
 
+from rich import box
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -45,6 +46,13 @@ def _num(v: Any, digits: int = 6) -> str:
             return str(v)
         return f"{v:.{digits}g}"
     return str(v)
+
+
+def _short(v: Any) -> str:
+    """Three significant digits, small values as 7.14e-4: a column of 8."""
+    if isinstance(v, float) and math.isfinite(v) and v != 0 and abs(v) < 0.01:
+        return f"{v:.2e}".replace("e-0", "e-")
+    return _num(v, 3)
 
 
 def _cut(text: str | None, full: bool) -> str:
@@ -356,29 +364,51 @@ def doctor_report(r: DoctorReport) -> Group:
 def mismatch(recording: str, rows: list[StepMismatch]) -> Group:
     """One row per step (and per replayed step, beside it); a note where no step
     has the mismatch."""
-    from areal_debug.stages.mismatch import COLUMNS
+    from areal_debug.stages.mismatch import COLUMNS, LEGEND
 
     replay = any(r.replayed is not None for r in rows)
-    table = Table(title=f"training-inference mismatch of {recording}")
+    # No vertical rules: up to 15 columns fit 120 characters.
+    table = Table(
+        title=f"training-inference mismatch of {recording}",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
     table.add_column("step", justify="right")
     if replay:
         table.add_column("run")
     table.add_column("tokens", justify="right")
     for _, _, heading in COLUMNS:
         table.add_column(heading, justify="right")
+    # Only from the kept per-token log-probs: the ratio's percentiles, the worst row.
+    per_token = any(r.per_token for r in rows)
+    if per_token:
+        for heading in ("r p50", "r p99", "worst"):
+            table.add_column(heading, justify="right")
 
-    def cells(tokens, values) -> list[str]:
+    def cells(tokens, values, figures=None) -> list[str]:
         row = [_num(int(tokens)) if tokens is not None else "-"]
-        return row + [_num(values.get(f"{n}/{r}"), 4) for n, r, _ in COLUMNS]
+        # Three significant digits: the table fits 120 columns (--json has all).
+        row += [_short(values.get(f"{n}/{r}")) for n, r, _ in COLUMNS]
+        if not per_token:
+            return row
+        if not figures:
+            return row + ["-"] * 3
+        where = f"{figures['worst_group']}/{figures['worst_row']}"
+        return row + [
+            _short(figures["ratio_p50"]),
+            _short(figures["ratio_p99"]),
+            where,
+        ]
 
     for r in rows:
+        recorded = cells(r.tokens, r.recorded, r.per_token)
         if replay:
-            table.add_row(str(r.step), "recorded", *cells(r.tokens, r.recorded))
+            table.add_row(str(r.step), "recorded", *recorded)
             if r.replayed is not None:
                 table.add_row("", "replayed", *cells(r.replayed_tokens, r.replayed))
         else:
-            table.add_row(str(r.step), *cells(r.tokens, r.recorded))
-    parts: list[Any] = [table]
+            table.add_row(str(r.step), *recorded)
+    parts: list[Any] = [table, Text(LEGEND, style="dim")]
     if not any(r.recorded or r.replayed for r in rows):
         parts.append(
             Text(

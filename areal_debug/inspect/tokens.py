@@ -167,32 +167,93 @@ def worst_tokens(
         from areal_debug.recording.reader import format_ranges
 
         notes.append(
-            f"Steps {format_ranges(missing)} kept no per-token trainer log-probs: "
-            "record with debug.record_stage_tensors=true (the step's mismatch "
-            "statistics are there without them)."
+            f"Steps {format_ranges(missing)} kept no per-token trainer log-probs "
+            "(the step's mismatch statistics are there without them). A dump keeps "
+            "them with debug.record_trainer_logp=true (the default), "
+            "debug.stage_digests=true and actor.recompute_logprob=true."
         )
     return WorstTokens(worst, notes)
+
+
+def row_loss_tokens(
+    traj: dict, r: int, trainer: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """(positions, engine log-probs, trainer log-probs) of row ``r``'s loss
+    tokens, in float64; None where the row has none or lacks a field."""
+    engine, mask = traj.get("logprobs"), traj.get("loss_mask")
+    if not all(isinstance(t, torch.Tensor) for t in (engine, mask)):
+        return None
+    engine, mask = (t.reshape(1, -1) if t.dim() == 1 else t for t in (engine, mask))
+    width = min(trainer.shape[-1] + 1, engine.shape[-1])
+    # Token p is predicted at the trainer's position p - 1: position 0 has none.
+    picked = mask[r, 1:width].bool().nonzero().reshape(-1) + 1
+    if picked.numel() == 0:
+        return None
+    return picked, engine[r, picked].double(), trainer[picked - 1].double()
 
 
 def _row_deltas(step: int, traj: dict, g: int, r: int, trainer: torch.Tensor):
     """The row's loss tokens with their engine and trainer log-probs, each
     with the row's ids (a view: the context of the few kept)."""
-    engine, mask, ids = (traj.get(k) for k in ("logprobs", "loss_mask", "input_ids"))
-    if not all(isinstance(t, torch.Tensor) for t in (engine, mask, ids)):
+    ids = traj.get("input_ids")
+    found = row_loss_tokens(traj, r, trainer)
+    if found is None or not isinstance(ids, torch.Tensor):
         return
-    engine, mask, ids = (
-        t.reshape(1, -1) if t.dim() == 1 else t for t in (engine, mask, ids)
-    )
-    width = min(trainer.shape[-1] + 1, engine.shape[-1])
-    # Token p is predicted at the trainer's position p - 1: position 0 has none.
-    picked = mask[r, 1:width].bool().nonzero().reshape(-1) + 1
-    if picked.numel() == 0:
-        return
-    eng = engine[r, picked].double()
-    trn = trainer[picked - 1].double()
+    ids = ids.reshape(1, -1) if ids.dim() == 1 else ids
+    picked, eng, trn = found
     delta = trn - eng
     for p, e, t, d in zip(picked.tolist(), eng.tolist(), trn.tolist(), delta.tolist()):
         yield WorstToken(step, g, r, p, int(ids[r, p]), e, t, d), ids[r]
+
+
+# -- per-token figures of a step -------------------------------------------------------
+@dataclass(frozen=True)
+class TokenFigures:
+    """What only the per-token values give: the importance ratio's percentiles
+    (AReaL's statistics reduce to avg/min/max across ranks) and the worst row."""
+
+    tokens: int  # loss tokens paired with a recorded row
+    ratio_p50: float  # median of exp(d) over those tokens, before any clamp
+    ratio_p99: float
+    worst_group: int  # the row holding the token with the largest |d|
+    worst_row: int
+    worst_abs_diff: float
+
+
+def token_figures(reader: RecordingReader, step: int) -> TokenFigures | None:
+    """The step's per-token figures from its kept trainer log-probs; None where
+    none were kept."""
+    batch = reader.load_batch(step)
+    paired = stage_rows(reader, step, batch, ("logp",))
+    deltas, worst = [], (-1.0, (0, 0))
+    for (g, r), values in sorted(paired.values.items()):
+        found = row_loss_tokens(batch[g], r, values["logp"])
+        if found is None:
+            continue
+        d = found[2] - found[1]
+        deltas.append(d)
+        top = float(d.abs().max())
+        if top > worst[0]:
+            worst = (top, (g, r))
+    if not deltas:
+        return None
+    ratio = torch.exp(torch.cat(deltas)).sort().values
+    return TokenFigures(
+        int(ratio.numel()),
+        _quantile(ratio, 0.5),
+        _quantile(ratio, 0.99),
+        *worst[1],
+        worst[0],
+    )
+
+
+def _quantile(ordered: torch.Tensor, q: float) -> float:
+    """``torch.quantile``'s linear interpolation, on sorted values of any count
+    (torch.quantile refuses more than 16M: a step of 1024 x 16k tokens)."""
+    at = q * (ordered.numel() - 1)
+    low = int(at)
+    high = min(low + 1, ordered.numel() - 1)
+    return float(ordered[low] + (ordered[high] - ordered[low]) * (at - low))
 
 
 def _with_context(row_ids: torch.Tensor, token: WorstToken, decode) -> WorstToken:

@@ -28,8 +28,10 @@ from typing import Any
 
 # v2: payloads may be compressed (shard metadata names the codec). v1 payloads are
 # plain torch.save files and load unchanged: no migration step is needed.
-FORMAT_VERSION = 2
-SUPPORTED_FORMAT_VERSIONS = (1, 2)
+# v3: the kept stage tensors go through the codec too, named in stages.json (a v2
+# reader would look for a stage_tensors.pt that is not there).
+FORMAT_VERSION = 3
+SUPPORTED_FORMAT_VERSIONS = (1, 2, 3)
 # What a replay writes into its (AReaL) log directory. Named here, below every
 # layer that reads or writes it, so the choice of a replay's trial (config) and
 # the report itself (compare) name the same file.
@@ -227,6 +229,13 @@ def reserved_marker_name(shard: int) -> str:
     """Space each head reserves for its stop marker, where the marker stays when
     the directory no longer takes new names."""
     return f".reserved-{stopped_marker_name(shard)}"
+
+
+def stage_tensors_name(codec: str = Codec.NONE) -> str:
+    """The kept per-token stage tensors' file: ``stage_tensors.pt`` through the
+    recording's codec (``stages.json`` names it; older recordings have no name
+    there and an uncompressed ``stage_tensors.pt``)."""
+    return f"{STAGE_TENSORS}{Codec(codec).suffix.removeprefix('.pt')}"
 
 
 def teacher_payload_name(codec: str = Codec.NONE) -> str:

@@ -284,14 +284,23 @@ class RecordingReader:
         expected = stages.get("tensors_sha256")
         if expected is None:
             return stages, None
-        tensors_path = self._file(step, STAGE_TENSORS)
+        # Named since the trainer's log-probs are kept by default (and compressed);
+        # before, always an uncompressed stage_tensors.pt.
+        name = stages.get("tensors_file", STAGE_TENSORS)
+        tensors_path = self._file(step, name, f"step {step}'s {STAGES_FILE}")
         data = _read_checked(
             tensors_path,
             expected,
             f"Restore the file, or delete it and {STAGES_FILE} to compare only "
             "the statistics.",
         )
-        tensors = load_payload_bytes(data, tensors_path)
+        raw = decode_payload(
+            data,
+            stages.get("tensors_codec", Codec.NONE.value),
+            stages.get("tensors_raw_bytes"),
+            tensors_path,
+        )
+        tensors = load_payload_bytes(raw, tensors_path)
         if not isinstance(tensors, dict) or not all(
             isinstance(t, torch.Tensor) for t in tensors.values()
         ):

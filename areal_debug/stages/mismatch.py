@@ -102,17 +102,24 @@ def record(trajectories: Any, trainer_logps: Any) -> bool:
 
 
 # -- reading it back: a recording's steps, and a replay's --------------------------
-# The columns a table shows: (statistic, reduce, heading).
+# The columns a table shows: (statistic, reduce, heading). k1 and k2 only in
+# --json: k3 is the unbiased estimate that is never negative, and the table fits
+# 120 characters.
 COLUMNS = (
-    ("abs_diff", "avg", "mean |d|"),
-    ("abs_diff", "max", "max |d|"),
-    ("k1", "avg", "k1"),
-    ("k2", "avg", "k2"),
+    ("abs_diff", "avg", "mean|d|"),
+    ("abs_diff", "max", "max|d|"),
     ("k3", "avg", "k3"),
-    ("ratio", "min", "ratio min"),
-    ("ratio", "max", "ratio max"),
-    ("over_log2", "avg", "|d|>log2"),
-    ("over_log5", "avg", "|d|>log5"),
+    ("ratio", "min", "r min"),
+    ("ratio", "max", "r max"),
+    ("over_log2", "avg", ">log2"),
+    ("over_log5", "avg", ">log5"),
+)
+# What the short headings mean, under the table.
+LEGEND = (
+    "d = trainer - engine log-prob per loss token; k3: KL(engine || trainer), "
+    "estimate exp(d)-1-d; r: the importance ratio exp(d) before any clamp; >log2, "
+    ">log5: share of tokens with |d| above; worst: traj/row of the token with the "
+    "largest |d|. k1 and k2 with --json."
 )
 
 
@@ -125,6 +132,9 @@ class StepMismatch:
     recorded: dict[str, float]  # "<name>/<reduce>" -> value
     replayed: dict[str, float] | None = None
     replayed_tokens: float | None = None
+    # From the kept per-token log-probs (inspect/tokens.py TokenFigures): the
+    # ratio's p50 and p99 and the row with the worst token; None: none kept.
+    per_token: dict[str, Any] | None = None
 
 
 def of_stats(stats: dict[str, Any]) -> tuple[float | None, dict[str, float]]:

@@ -191,7 +191,8 @@ class StageProbes:
             mask = traj.get("attention_mask")
             if isinstance(mask, torch.Tensor) and mask.shape == ids.shape:
                 ids = torch.where(mask.bool(), ids, torch.full_like(ids, -1))
-            self.log.keep_only(stage, tokens_name(i), ids)
+            # int32 holds every vocabulary, and half the bytes of AReaL 1.0's int64.
+            self.log.keep_only(stage, tokens_name(i), ids.to(torch.int32))
 
     def _measure(self, data: Any, logps: list) -> None:
         """The mismatch of one compute_logp call; an error in it stops only the

@@ -213,6 +213,8 @@ const COLUMNS = [
   ["prompt_len", "prompt tokens", "num"], ["completion_len", "completion tokens", "num"],
   ["version", "versions", "num"], ["stale", "staleness", "num"],
   ["ptext", "prompt", "text"], ["completion", "completion", "text"],
+  // Where the trainer's log-probs were kept: d = trainer - engine at the row's worst token.
+  ["worst_delta", "worst Δ", "num"],
 ];
 function renderStep() {
   const d = D.details[current.step];
@@ -222,6 +224,7 @@ function renderStep() {
   const groups = Object.fromEntries(d.groups.map((g) => [g.group, g]));
   const rows = d.rows.map((r) => ({ ...r, gmean: groups[r.group].mean, gstd: groups[r.group].std,
     ptext: d.prompts[r.prompt], version: r.versions ? r.versions[1] : null, stale: r.staleness ? r.staleness[1] : null }));
+  const columns = COLUMNS.filter(([key]) => key !== "worst_delta" || rows.some((r) => r.worst_delta !== undefined));
   const stats = D.series[current.step];
   add(box, el("h2", {}, `Step ${current.step}`),
     el("p", {}, `${d.num_trajectories} trajectories in ${d.num_groups} groups, ${d.num_tokens} tokens, epoch ${d.epoch}, ` +
@@ -235,9 +238,9 @@ function renderStep() {
   add(box, el("div", { class: "filters" }, input("rmax", "reward ≤"), input("rmin", "reward ≥"),
     input("lmin", "completion tokens ≥"), input("text", "text contains", "wide"),
     el("span", { class: "muted" }, "click a column to sort, a row for its tokens")));
-  const thead = el("tr", {}, COLUMNS.map(([key, label]) => el("th", {
+  const thead = el("tr", {}, columns.map(([key, label]) => el("th", {
     class: "sortable", "data-key": key,
-    onclick: () => { const s = current.sort; s.dir = s.key === key ? -s.dir : (key === "completion_len" || key === "reward" ? -1 : 1); s.key = key; fill(); },
+    onclick: () => { const s = current.sort; s.dir = s.key === key ? -s.dir : (["completion_len", "reward", "worst_delta"].includes(key) ? -1 : 1); s.key = key; fill(); },
   }, label)));
   const tbody = el("tbody", { id: "traj-rows" });
   add(box, el("table", { id: "traj-table" }, el("thead", {}, thead), tbody), el("p", { class: "muted", id: "row-count" }));
@@ -249,11 +252,13 @@ function renderStep() {
       (rmin === null || (isNum(r.reward) && r.reward >= rmin)) && (lmin === null || r.completion_len >= lmin) &&
       (!text || (r.ptext + "\n" + r.completion).toLowerCase().includes(text)));
     const { key, dir } = current.sort;
-    shown.sort((a, b) => cmp(a[key], b[key]) * dir || a.i - b.i);
+    // The worst token sorts by its size, either sign.
+    const sortValue = (r) => (key === "worst_delta" && isNum(r[key]) ? Math.abs(r[key]) : r[key]);
+    shown.sort((a, b) => cmp(sortValue(a), sortValue(b)) * dir || a.i - b.i);
     tbody.replaceChildren(...shown.map((r) => el("tr", { class: "row", "data-i": r.i, onclick: (e) => showTrajectory(r, e.currentTarget) },
-      COLUMNS.map(([k, , kind]) => el("td", { class: kind, title: kind === "text" ? r[k] : null },
+      columns.map(([k, , kind]) => el("td", { class: kind, title: kind === "text" ? r[k] : null },
         k === "version" ? range(r.versions) : k === "stale" ? range(r.staleness) : kind === "num" ? fmt(r[k]) : r[k])))));
-    for (const th of thead.children) th.textContent = COLUMNS.find((c) => c[0] === th.dataset.key)[1] + (th.dataset.key === key ? (dir > 0 ? " ▲" : " ▼") : "");
+    for (const th of thead.children) th.textContent = columns.find((c) => c[0] === th.dataset.key)[1] + (th.dataset.key === key ? (dir > 0 ? " ▲" : " ▼") : "");
     document.getElementById("row-count").textContent = `${shown.length} of ${rows.length} trajectories on this page shown`;
   }
   fill();
@@ -276,7 +281,14 @@ const SOURCES = [
   ["logp", "recorded log-prob (generation)"],
   ["stage_logp", "recomputed log-prob (trainer, recorded stage)"],
   ["stage_ref_logp", "reference log-prob (recorded stage)"],
+  // Computed here from the two above: the training-inference mismatch per token.
+  ["delta", "Δ = trainer − engine log-prob"],
 ];
+// Each source's scale: [value to colour, the legend's two ends].
+const SCALES = {
+  delta: [(d) => colour(-6 * Math.min(1, Math.abs(d) / 0.5)), "|Δ| 0 ", " 0.5 nats and above"],
+};
+const LOGP_SCALE = [colour, "0 ", " −6 nats and below"];
 function colour(lp) {
   // 0 nats (certain) green, -2 yellow, -6 and below red.
   if (lp === null || lp === undefined) return "transparent";
@@ -293,20 +305,29 @@ function showTrajectory(r, tr) {
   const d = D.details[current.step];
   const box = document.getElementById("traj");
   box.hidden = false;
+  if (r.logp && r.stage_logp && !r.delta) {
+    r.delta = r.logp.map((e, k) => (isNum(e) && isNum(r.stage_logp[k]) ? r.stage_logp[k] - e : null));
+  }
   const have = SOURCES.filter(([k]) => r[k]);
   let by = have.length ? have[0][0] : null;
   const tokens = el("div", { class: "tokens", id: "tokens" });
   const byLabel = el("span", { id: "coloured-by" });
+  const [low, high] = [el("span", {}), el("span", {})];
   function paint() {
+    const [paintOf, lowText, highText] = SCALES[by] || LOGP_SCALE;
     byLabel.textContent = by ? SOURCES.find((s) => s[0] === by)[1] : "";
-    tokens.replaceChildren(el("span", { class: "prompt" }, d.prompts[r.prompt]));
+    low.textContent = lowText;
+    high.textContent = highText;
+    tokens.replaceChildren(el("span", { class: "prompt", title: "prompt: outside the loss, in no figure" }, d.prompts[r.prompt]));
     r.tokens.forEach((id, k) => {
       const v = (key) => (r[key] && r[key][k] !== null && r[key][k] !== undefined ? r[key][k] / 1000 : null);
       const tip = [`token ${k}: id ${id}`, ...have.map(([key, label]) => `${label}: ${fmt(v(key))}`)];
+      if (isNum(v("delta"))) tip.push(`importance ratio exp(Δ): ${fmt(Math.exp(v("delta")))}`);
       if (r.divergent_token === k) tip.push("the replay differs most here (first divergent stage)");
+      const value = by ? v(by) : null;
       tokens.append(el("span", {
         class: "tok" + (r.divergent_token === k ? " divergent" : ""), title: tip.join("\n"),
-        style: `background:${colour(by ? v(by) : null)}`,
+        style: `background:${value === null ? "transparent" : paintOf(value)}`,
       }, D.vocab[id] !== undefined ? D.vocab[id] : `<${id}>`));
     });
     if (r.tokens_left_out) tokens.append(el("span", { class: "muted" }, ` … ${r.tokens_left_out} more tokens not on this page (--max-tokens)`));
@@ -317,8 +338,8 @@ function showTrajectory(r, tr) {
   add(box,
     el("h2", {}, `Trajectory ${r.i} of step ${current.step} (group ${r.group}, sample ${r.row})`),
     el("p", {}, `reward ${fmt(r.reward)} · ${r.prompt_len} prompt + ${r.completion_len} completion tokens · versions ${range(r.versions)} · staleness ${range(r.staleness)}`),
-    el("p", { class: "muted" }, have.length ? ["Completion tokens coloured by ", byLabel, ": 0 ",
-      el("span", { class: "scale" }), " −6 nats and below; hover a token for its values. ", pick] :
+    el("p", { class: "muted" }, have.length ? ["Completion tokens (the loss's) coloured by ", byLabel, ": ", low,
+      el("span", { class: "scale" }), high, "; the prompt, dimmed, is in no figure; hover a token for its values. ", pick] :
       "No log-probabilities recorded for this trajectory."),
     r.divergent_token !== undefined ? el("p", { class: "divergence" }, `The replay's first divergent stage differs most at completion token ${r.divergent_token} (outlined).`) : null,
     tokens);

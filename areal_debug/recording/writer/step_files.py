@@ -16,7 +16,6 @@ from areal_debug.recording.format import (
     FORMAT_VERSION,
     KEPT,
     RNG,
-    STAGE_TENSORS,
     STAGES_FILE,
     STATS,
     STEP_META,
@@ -27,6 +26,7 @@ from areal_debug.recording.format import (
     kept_steps,
     shard_meta_name,
     shard_payload_name,
+    stage_tensors_name,
     step_dirname,
     teacher_payload_name,
 )
@@ -239,8 +239,19 @@ class StepFiles:
             return  # the step's batch was not recorded
         body = {"global_step": job.step, **job.stages}
         if job.tensors:
-            stored = save_payload(os.path.join(step_dir, STAGE_TENSORS), job.tensors)
+            # Through the recording's codec: the trainer's log-probs are kept every
+            # step (debug.record_trainer_logp), about 8 bytes a token raw.
+            name = stage_tensors_name(self.codec)
+            stored = save_payload(
+                os.path.join(step_dir, name),
+                job.tensors,
+                self.codec,
+                self.payloads.level,
+            )
             body["tensors_sha256"] = stored["sha256"]
+            body["tensors_file"] = name
+            body["tensors_codec"] = stored["codec"]
+            body["tensors_raw_bytes"] = stored["raw_bytes"]
         atomic_write_json(os.path.join(step_dir, STAGES_FILE), body)
 
     def _write_stats(self, job: StatsJob) -> None:
