@@ -179,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from areal_debug.inspect.common import InspectError, MissingPathError
 
+    # Bad input is one line on stderr, no traceback: 2 for a path that is not
+    # there (or not a recording), 1 for the rest (docs/cli.md).
     try:
         return args.run(args)
     except (RecordingError, MissingPathError) as e:
