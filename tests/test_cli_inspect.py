@@ -212,7 +212,7 @@ def test_ls_prints_each_path_whole_on_a_narrow_terminal(tmp_path):
     )
     record(str(deep), {0: [[traj(0)]]})
     console = Console(width=60, record=True)
-    # As the CLI prints (cli._emit): not cropped.
+    # As the CLI prints (inspect/commands/output.emit): not cropped.
     console.print(render.listing(list_recordings(str(tmp_path))), crop=False)
     out = console.export_text()
     # Whole, on one line, where a copy takes it from; the table names it [1].

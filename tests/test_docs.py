@@ -60,12 +60,28 @@ def documented() -> str:
     return "\n".join(p.read_text() for p in PAGES)
 
 
-def test_every_cli_command_is_documented():
-    parser = cli.build_parser()
+def subcommands(parser: argparse.ArgumentParser) -> list[str]:
+    """The commands ``parser`` takes, in its order."""
     (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return list(sub.choices)
+
+
+def test_every_cli_command_is_documented():
     text = documented()
-    missing = [c for c in sub.choices if f"areal-debug {c}" not in text]
-    assert sub.choices and not missing, missing
+    commands = subcommands(cli.build_parser())
+    missing = [c for c in commands if f"areal-debug {c}" not in text]
+    assert commands and not missing, missing
+
+
+def test_every_cli_command_has_its_section_in_cli_md():
+    """docs/cli.md is the command's reference: a ``## `name`: ...`` section each."""
+    headings = re.findall(
+        r"^## (.*)$", FENCE.sub("", (ROOT / "docs/cli.md").read_text()), re.M
+    )
+    sectioned = {name for h in headings for name in re.findall(r"`(\w+)`", h)}
+    commands = subcommands(cli.build_parser())
+    missing = [c for c in commands if c not in sectioned]
+    assert commands and not missing, f"no section in docs/cli.md: {missing}"
 
 
 def test_every_debug_key_is_documented():
@@ -86,10 +102,14 @@ def test_the_checks_see_a_broken_link(tmp_path):
 
 
 def test_the_help_lists_every_command():
+    """The --help list of commands is made from cli.COMMANDS, as the parser is:
+    it names every command the parser takes, once, in the parser's order."""
     parser = cli.build_parser()
-    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     listed = re.findall(r"^areal-debug (\w+)", parser.epilog or "", re.M)
-    assert sorted(listed) == sorted(sub.choices)
+    assert listed == subcommands(parser) == [c.name for c in cli.COMMANDS]
+    assert len(set(listed)) == len(listed)
+    # The list is in the top-level --help itself.
+    assert parser.epilog in parser.format_help()
 
 
 def test_the_readme_is_short():

@@ -20,7 +20,6 @@ from support.browser import needs_browser, open_page
 from support.system_parts import missing_system_part
 from test_cli_inspect import record_with_stats, report_path, run_json
 
-from areal_debug import cli
 from areal_debug.cli import main
 from areal_debug.compare.report import (
     REPORT_NAME,
@@ -30,6 +29,7 @@ from areal_debug.compare.report import (
 )
 from areal_debug.compare.statistics import compare_values
 from areal_debug.inspect import html_report
+from areal_debug.inspect.commands import report as report_command
 from areal_debug.recording.reader import RecordingReader
 from areal_debug.recording.writer.recording_writer import RecordingWriter
 
@@ -168,8 +168,8 @@ def test_steps_and_the_cap_keep_large_recordings_small(tmp_path, capsys):
     assert main(argv) == 0
     assert "2 left out (--max-per-step)" in capsys.readouterr().out
     # The CLI's defaults are the module's (the CLI does not import it: torch).
-    assert cli.REPORT_MAX_PER_STEP == html_report.DEFAULT_MAX_PER_STEP
-    assert cli.REPORT_MAX_TOKENS == html_report.DEFAULT_MAX_TOKENS
+    assert report_command.MAX_PER_STEP == html_report.DEFAULT_MAX_PER_STEP
+    assert report_command.MAX_TOKENS == html_report.DEFAULT_MAX_TOKENS
 
 
 def test_a_divergent_replay_and_the_kept_stage_tensors(tmp_path, capsys):

@@ -1,0 +1,38 @@
+# SPDX-License-Identifier: Apache-2.0
+"""How every command writes its result: JSON with ``--json``, else a rich view;
+and AReaL's loggers kept off stdout meanwhile."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+
+def json_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def emit(args: argparse.Namespace, data: Any, renderable: Any = None) -> None:
+    """Write a result: JSON with --json, else the rich view."""
+    from areal_debug.inspect.common import to_jsonable
+
+    if getattr(args, "json", False) or renderable is None:
+        print(json.dumps(to_jsonable(data), indent=1, default=str))
+        return
+    from rich.console import Console
+
+    # At a terminal rich fits its width; piped, 120 columns keep tables readable.
+    # Not cropped: a line rendered wider (a path, never folded) stays whole.
+    Console(width=None if sys.stdout.isatty() else 120).print(renderable, crop=False)
+
+
+@contextlib.contextmanager
+def logs_to_stderr() -> Iterator[None]:
+    """AReaL's loggers write to stdout; while a command computes, they go to stderr
+    so that stdout holds only the command's output (clean --json)."""
+    with contextlib.redirect_stdout(sys.stderr):
+        yield

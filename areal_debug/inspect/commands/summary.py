@@ -1,0 +1,82 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``areal-debug inspect``: what a recording holds, step by step.
+
+It reads the manifest and each step's ``step.json`` only (never a payload), so it
+loads neither torch nor AReaL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from areal_debug.recording.format import STATS, step_dirname
+from areal_debug.recording.lock import describe
+from areal_debug.recording.reader import RecordingReader, format_ranges
+
+ABOUT = "show what a recording holds"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", help="recording directory (holds manifest.json)")
+
+
+def run(args: argparse.Namespace) -> int:
+    reader = RecordingReader(args.path)
+    # Read once: a dump run still recording adds steps meanwhile.
+    steps = reader.available_steps()
+    _print_header(reader, steps)
+    print()
+    print(
+        f"{'step':>6} {'epoch':>5} {'trajs':>6} {'tokens':>9} {'versions':>9} {'MiB':>8}  stats"
+    )
+    for step in steps:
+        print(_step_row(reader, step))
+    return 0
+
+
+def _print_header(reader: RecordingReader, steps: list[int]) -> None:
+    """The run, its versions and layout, which steps are complete, who writes."""
+    m = reader.manifest
+    layout = m.layout
+    print(f"recording   {reader.path}")
+    print(
+        f"format      v{m.format_version} (areal-debug {m.areal_debug_version or '?'}, "
+        f"areal {m.areal_version or '?'}, torch {m.torch_version or '?'})"
+    )
+    print(f"run         {m.experiment_name}/{m.trial_name}, created {m.created}")
+    print(
+        f"layout      {layout.mode}, world size {layout.world_size or '?'}, "
+        f"training data-parallel size {layout.training_dp_size}, "
+        f"{reader.num_shards} shard(s) per step, {reader.steps_per_epoch} steps/epoch"
+    )
+    writer = reader.writer()
+    if writer is not None:
+        print(
+            f"writing     a dump run is still recording ({describe(writer)}): "
+            "only complete steps are listed"
+        )
+    incomplete = reader.incomplete_steps()
+    print(
+        f"steps       {format_ranges(steps)} complete"
+        + (f"; incomplete: {format_ranges(incomplete)}" if incomplete else "")
+    )
+    for stop in reader.stopped():
+        print(
+            f"stopped     shard {stop.get('shard')} stopped recording at step "
+            f"{stop.get('step')}: {stop.get('error')} ({stop.get('time')}); "
+            f"{reader.stop_consequence(stop)}"
+        )
+
+
+def _step_row(reader: RecordingReader, step: int) -> str:
+    """One line of the step table, from the step's ``step.json``."""
+    meta = reader.step_meta(step)
+    size = sum(s["bytes"] for s in meta["shards"]) / 2**20
+    v = meta.get("policy_version")
+    versions = f"{v[0]}-{v[1]}" if v else "-"
+    has_stats = os.path.exists(os.path.join(reader.path, step_dirname(step), STATS))
+    return (
+        f"{step:>6} {meta['epoch']:>5} {meta['num_trajectories']:>6} {meta['num_tokens']:>9} "
+        f"{versions:>9} {size:>8.2f}  {'yes' if has_stats else 'no'}"
+    )

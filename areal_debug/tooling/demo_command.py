@@ -1,0 +1,56 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``areal-debug demo``: its arguments, and the call of :func:`demo.run_demo`.
+
+Apart from ``demo.py`` because the CLI's table loads every command's arguments for
+``--help``, and ``demo.py`` loads the example's commands and HTTP client (about 50
+ms) that only the demo itself needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+ABOUT = "record a real GRPO run on CPU and replay it"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--workdir", default="areal-debug-demo", help="where everything goes"
+    )
+    p.add_argument("--steps", type=int, default=4, help="training steps to record")
+    p.add_argument(
+        "--nproc",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="trainer processes (data-parallel size)",
+    )
+    p.add_argument(
+        "--single-controller",
+        action="store_true",
+        help="run both sides in AReaL's single-controller mode (scheduler.type=local)",
+    )
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="config overrides for both runs, as AReaL takes them "
+        "(e.g. recover.mode=on ++recover.freq_steps=1); run_replay.sh repeats them",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from areal_debug.tooling.demo import DemoError, run_demo
+
+    try:
+        return run_demo(
+            args.workdir,
+            steps=args.steps,
+            nproc=args.nproc,
+            single_controller=args.single_controller,
+            overrides=tuple(args.overrides),
+        )
+    except DemoError as e:
+        print(f"areal-debug demo: {e}", file=sys.stderr)
+        return 1
