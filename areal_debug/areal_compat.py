@@ -561,6 +561,15 @@ ROLLOUT_ENGINE_CALLERS = {
 TEACHER_ENGINE_CALLERS = {"areal.trainer.rl_trainer.PPOTrainer": ("self.teacher",)}
 
 
+def workflow_engine(engine: Any) -> Any | None:
+    """The engine a rollout engine's workflows call ``agenerate`` on: its workflow
+    executor's (infra/workflow_executor.py:768 in 1.0.4, :793 on main; the
+    RemoteInfEngine inside RemoteSGLangEngine), once the engine is initialised;
+    None for an engine without one."""
+    executor = getattr(engine, "workflow_executor", None)
+    return getattr(executor, "inference_engine", None)
+
+
 # -- instance patches (where AReaL offers no hook) ---------------------------------------
 class MethodPatches:
     """Instance attributes replacing AReaL methods, installed and removed here only.

@@ -146,10 +146,15 @@ def tail(path: Path, n: int = 30) -> str:
 
 
 def start_server(
-    workdir, env: dict, timeout: float = 180, name: str = "server"
+    workdir,
+    env: dict,
+    timeout: float = 180,
+    name: str = "server",
+    logprob_fault: str | None = None,
 ) -> tuple[subprocess.Popen, str]:
     """Start the CPU server on ``workdir/model`` in its own session and wait
     until it is healthy; returns the process and its ``host:port``.
+    ``logprob_fault`` is its ``--logprob-fault`` (``tooling/logprob_fault.py``).
 
     It logs to ``workdir/<name>.log``; end it with :func:`end_process`. Raises
     :class:`ServerError` (after ending it) if it exits or is not healthy within
@@ -167,6 +172,7 @@ def start_server(
         str(workdir / "model"),
         "--addr-file",
         str(addr_file),
+        *([f"--logprob-fault={logprob_fault}"] if logprob_fault else []),
     ]
     with open(log_path, "w") as log:
         proc = subprocess.Popen(

@@ -229,6 +229,55 @@ def test_show_without_stats_and_without_decoding(tmp_path, capsys):
     assert t["sequences"][0]["prompt_text"] is None
 
 
+def test_keys_areal_debug_does_not_know_are_kept_replayed_and_shown(tmp_path, capsys):
+    """A MoE run's ``routed_experts`` (AReaL's RLVRWorkflow with
+    return_routed_experts: [g, L, layers, top-k]), a per-sample sampling seed
+    (rollout.deterministic_sampling) and a float key of the workflow's own:
+    written by the recorder, read back as they were (a replay's head gets them
+    too, re-sharded or not), and shown with their dtype, shape and values."""
+    g = torch.Generator().manual_seed(7)
+    batch = [traj(0, group=3, length=6), traj(1, group=3, length=6)]
+    for t in batch:
+        t["routed_experts"] = torch.randint(
+            0, 8, (3, 6, 2, 2), generator=g, dtype=torch.int16
+        )
+        t["sampling_seed"] = torch.tensor([101, 102, 103], dtype=torch.int64)
+        t["judge_scores"] = torch.rand(3, 6, generator=g)
+    batch[1]["judge_scores"][0, 2] = float("nan")
+    record(str(tmp_path), {0: [batch]})
+    reader = RecordingReader(str(tmp_path))
+    heads = reader.load_for_head(0, 0, 2) + reader.load_for_head(0, 1, 2)
+    for loaded in (reader.load_shard(0, 0), heads):
+        assert len(loaded) == len(batch)
+        for mine, back in zip(batch, loaded):
+            assert mine.keys() == back.keys()
+            for k, v in mine.items():
+                # Bit for bit, the NaN too.
+                assert v.dtype == back[k].dtype and v.shape == back[k].shape, k
+                assert torch.equal(v.view(torch.uint8), back[k].view(torch.uint8)), k
+    assert reader.step_meta(0)["shards"][0]["keys"]["routed_experts"] == "int16"
+    rc, view = run_json(capsys, "show", str(tmp_path), "--step", "0")
+    assert rc == 0
+    first, second = view["trajectories"]
+    assert sorted(first["other"]) == ["judge_scores", "routed_experts", "sampling_seed"]
+    assert first["other"]["sampling_seed"] == "int64 [3]: [101, 102, 103]"
+    lo, hi = (
+        int(batch[0]["routed_experts"].min()),
+        int(batch[0]["routed_experts"].max()),
+    )
+    n = batch[0]["routed_experts"].unique().numel()
+    assert first["other"]["routed_experts"] == (
+        f"int16 [3, 6, 2, 2]: {lo} to {hi}, {n} distinct"
+    )
+    assert first["other"]["judge_scores"].startswith("float32 [3, 6]: 0.")
+    assert second["other"]["judge_scores"].endswith(", 1 NaN or inf")
+    # The rich view: a table of them, each trajectory's.
+    assert main(["show", str(tmp_path), "--step", "0"]) == 0
+    shown = capsys.readouterr().out
+    assert "Other keys (recorded and replayed as they are)" in shown
+    assert shown.count("routed_experts") == 2 and "[101, 102, 103]" in shown
+
+
 @pytest.mark.parametrize(
     "argv, code, message",
     [

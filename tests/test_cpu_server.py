@@ -3,6 +3,7 @@
 
 import asyncio
 import json
+import math
 import os
 import signal
 import subprocess
@@ -270,3 +271,123 @@ def test_many_concurrent_requests_through_the_engine(engine):
     assert len(results) == 32
     assert all(1 <= len(r.output_tokens) <= 4 for r in results)
     assert len({tuple(r.output_tokens) for r in results}) > 1  # sampling varies
+
+
+# -- the log-prob fault (tooling/logprob_fault.py) -----------------------------------
+def sampled(gen, n=3):
+    """(tokens, log-probs) of ``n`` sampled requests of ``gen``, in order."""
+    params = {
+        "max_new_tokens": 12,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": -1,
+        "ignore_eos": True,
+        "stop_token_ids": [],
+    }
+    outs = [gen.generate(PROMPT, params)["meta_info"] for _ in range(n)]
+    return (
+        [[t for _, t, _ in o["output_token_logprobs"]] for o in outs],
+        [[lp for lp, _, _ in o["output_token_logprobs"]] for o in outs],
+    )
+
+
+def test_a_logprob_fault_shifts_only_its_versions_tokens_and_samples_the_same(
+    tiny_assets,
+):
+    from areal_debug.tooling.cpu_server import Generator
+    from areal_debug.tooling.logprob_fault import parse
+
+    model = str(tiny_assets / "model")
+    clean = Generator(model, seed=5)
+    faulty = Generator(model, seed=5, fault=parse("version=1,offset=-4,share=0.5"))
+    for version in (0, 1, 2):
+        tokens, logps = sampled(clean)
+        f_tokens, f_logps = sampled(faulty)
+        # The same tokens: the fault draws from an RNG of its own.
+        assert f_tokens == tokens
+        shifts = [round(b - a, 4) for x, y in zip(logps, f_logps) for a, b in zip(x, y)]
+        if version == 1:
+            assert set(shifts) == {0.0, -4.0}, shifts
+            assert 0.3 < shifts.count(-4.0) / len(shifts) < 0.7
+            assert faulty.fault.tokens_hit == shifts.count(-4.0)
+        else:
+            assert set(shifts) == {0.0}
+        for gen in (clean, faulty):
+            gen.load_weights(model)  # the next weight version, as AReaL's update
+
+
+@pytest.mark.each_areal
+def test_a_nan_fault_reaches_areals_client_and_a_refusal_is_noted_by_step(workdir):
+    """The fault's NaN travels as JSON's NaN (what the engine computed; SGLang's
+    orjson would send null). AReaL 1.0.4 takes it into the batch. AReaL main
+    refuses it (HttpGenerationResult, PR #1554): the request fails in the engine
+    the workflows call, where a dump notes it under the step being prepared
+    (modes/engines.py RolloutFailures; DumpMode pins the step with it)."""
+    from areal.api.cli_args import InferenceEngineConfig
+    from areal.api.io_struct import HttpGenerationResult
+    from areal.engine import RemoteSGLangEngine
+
+    from areal_debug import areal_compat
+    from areal_debug.modes.engines import RolloutFailures
+    from areal_debug.testing import end_process, start_server
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc, addr = start_server(workdir, env, logprob_fault="version=0,nan=true")
+    eng = RemoteSGLangEngine(
+        InferenceEngineConfig(
+            experiment_name="srv", trial_name="t", backend="sglang:d1"
+        )
+    )
+    patches = areal_compat.MethodPatches()
+    try:
+        with urllib.request.urlopen(f"http://{addr}/get_model_info") as r:
+            assert json.loads(r.read())["logprob_fault_tokens"] == 0
+        eng.initialize(addr=[addr], train_data_parallel_size=1)
+        failures = RolloutFailures(lambda: 3)  # as if preparing step 3's batch
+        inner = areal_compat.workflow_engine(eng)
+        failures.watch(inner, patches)
+        if hasattr(HttpGenerationResult, "__post_init__"):  # AReaL main
+            with pytest.raises(ValueError, match="must be a real, finite number"):
+                asyncio.run(agenerate(inner, PROMPT, max_new_tokens=3))
+            (reason,) = failures.reasons(3)
+            assert reason.startswith("1 rollout request(s) failed in the inference")
+            assert "ValueError: Malformed generation result" in reason
+            assert "got nan" in reason
+        else:
+            resp = asyncio.run(agenerate(inner, PROMPT, max_new_tokens=3))
+            assert len(resp.output_logprobs) == len(resp.output_tokens) > 0
+            assert all(math.isnan(lp) for lp in resp.output_logprobs)
+        # Taken once: the next step starts with none.
+        assert failures.reasons(3) == [] and failures.reasons(4) == []
+        with urllib.request.urlopen(f"http://{addr}/get_model_info") as r:
+            info = json.loads(r.read())
+        assert info["logprob_fault_tokens"] > 0
+        assert "NaN" in info["logprob_fault"]
+        assert "Injecting a log-prob fault" in (workdir / "server.log").read_text()
+    finally:
+        patches.remove_all()
+        eng.destroy()
+        end_process(proc)
+
+
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ("offset=4", "no version="),
+        ("version=1", "changes nothing"),
+        ("version=x,offset=1", "invalid literal"),
+        ("version=1,offset=1,share=0", "share must be in (0, 1]"),
+        ("version=1,offst=1", "unknown keys ['offst']"),
+        ("version=1,nan=maybe", "is not true or false"),
+    ],
+)
+def test_a_fault_spec_the_server_cannot_read_says_how_to_write_one(
+    spec, message, capsys
+):
+    from areal_debug.tooling import cpu_server
+
+    with pytest.raises(SystemExit) as e:
+        cpu_server.main(["--model-path", "unused", "--logprob-fault", spec])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--logprob-fault {spec!r}" in err and message in err

@@ -146,6 +146,14 @@ def show(view: StepView, full: bool) -> Group:
             _minmax([v for r in stale for v in r]) if stale else "-",
         )
     parts.append(groups)
+    other = [(t.index, k, v) for t in view.trajectories for k, v in t.other.items()]
+    if other:
+        table = Table(title="Other keys (recorded and replayed as they are)")
+        for col in ("traj", "key", "dtype, shape: values"):
+            table.add_column(col, justify="right" if col == "traj" else "left")
+        for index, key, text in other:
+            table.add_row(str(index), key, text)
+        parts.append(table)
     if view.tokenizer:
         for t in view.trajectories:
             texts = Table(title=f"Trajectory {t.index}", show_lines=True, expand=True)

@@ -14,6 +14,13 @@ from areal_debug.inspect.common import InspectError, first_line
 from areal_debug.recording.format import RecordingError
 from areal_debug.recording.reader import RecordingReader, format_ranges
 
+# The keys of AReaL's RLVR trajectories; any other is summarised by ``summary``.
+RLVR_KEYS = frozenset(
+    ("input_ids", "attention_mask", "loss_mask", "logprobs", "versions", "rewards")
+)
+# A tensor this small is shown whole.
+SMALL = 8
+
 
 @dataclass
 class SequenceView:
@@ -48,6 +55,9 @@ class TrajectoryView:
     reward_max: float | None
     # Other plain values the workflow stored (task ids, tool calls...).
     extras: dict[str, Any] = field(default_factory=dict)
+    # Each key beyond AReaL's RLVR ones (routed_experts, a sampling seed...),
+    # summarised: recorded and replayed as they are, so shown as they are.
+    other: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -220,7 +230,34 @@ def trajectory_view(
         reward_min=min(finite) if finite else None,
         reward_max=max(finite) if finite else None,
         extras=extras,
+        other={k: summary(v) for k, v in traj.items() if k not in RLVR_KEYS},
     )
+
+
+def summary(value: Any) -> str:
+    """A value in one line: a tensor's dtype, shape and values (all of them when
+    few, else their range, distinct count or mean, and any NaN or inf)."""
+    if not isinstance(value, torch.Tensor):
+        text = repr(value)
+        return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
+    head = f"{str(value.dtype).removeprefix('torch.')} {list(value.shape)}"
+    flat = value.detach().reshape(-1).cpu()
+    if flat.numel() == 0:
+        return f"{head}: empty"
+    if flat.numel() <= SMALL:
+        return f"{head}: {flat.tolist()}"
+    if not flat.is_floating_point():
+        lo, hi = int(flat.min()), int(flat.max())
+        return f"{head}: {lo} to {hi}, {flat.unique().numel()} distinct"
+    finite = flat[torch.isfinite(flat)].double()
+    odd = flat.numel() - finite.numel()
+    if finite.numel() == 0:
+        return f"{head}: no finite value ({odd} NaN or inf)"
+    text = (
+        f"{head}: {float(finite.min()):.4g} to {float(finite.max()):.4g}, "
+        f"mean {float(finite.mean()):.4g}"
+    )
+    return text + (f", {odd} NaN or inf" if odd else "")
 
 
 def _rows(t, n: int | None = None) -> list[list[int] | None]:

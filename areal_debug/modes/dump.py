@@ -22,6 +22,7 @@ from areal_debug.compare.statistics import (
 from areal_debug.determinism import current_settings
 from areal_debug.logs import get_logger
 from areal_debug.modes.base import ActiveMode
+from areal_debug.modes.engines import RolloutFailures
 from areal_debug.modes.sglang_stand_in import missing_sglang_error, relax_sglang_check
 from areal_debug.recording import checkpoints
 from areal_debug.recording.anomaly import AnomalyDetector
@@ -54,6 +55,9 @@ class DumpMode(ActiveMode):
             if debug.pin_on_anomaly
             else None
         )
+        # A rollout request the engine fails on is an anomaly of the step whose
+        # batch was being prepared (the clock advances after it is ready).
+        self.failures = RolloutFailures(lambda: self.clock.next_step)
 
     # -- building ------------------------------------------------------------------
     def build_inference_engine(self, default: Callable, rollout_config, is_eval, lora):
@@ -73,7 +77,9 @@ class DumpMode(ActiveMode):
                 raise missing_sglang_error() from e
         if is_eval:
             return engine
-        return self.topology.record_engine(engine, self._record_batch, self.patches)
+        return self.topology.record_engine(
+            engine, self._record_batch, self.patches, self.failures
+        )
 
     def build_teacher_engine(self, default: Callable, rollout_config):
         engine = self.topology.attach_teacher(self.trainer, rollout_config)
@@ -166,7 +172,8 @@ class DumpMode(ActiveMode):
 
     def on_step_stats(self, step: int, stats: dict[str, Any]) -> None:
         trained = training_stats(stats)
-        reasons = self.detector.check(trained) if self.detector else []
+        failed = self.failures.reasons(step)  # taken every step: none pile up
+        reasons = self.detector.check(trained) + failed if self.detector else []
         if reasons and self.writer is not None:
             first = max(0, step - self.debug.anomaly_context_steps)
             logger.warning(

@@ -9,11 +9,13 @@ replaying here feeds AReaL's redistribution exactly what it saw in the dump run.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from types import SimpleNamespace
 from typing import Any
 
+from areal_debug import areal_compat
 from areal_debug.logs import get_logger
 from areal_debug.modes.replay_loader import ReplayDataLoader
 from areal_debug.recording.format import RecordingError
@@ -24,20 +26,85 @@ logger = get_logger("DebugReplay")
 Batch = list[dict[str, Any]]
 
 
-class RecordingEngine:
-    """Delegates everything to the real engine; hands each returned batch to ``on_batch``."""
+class RolloutFailures:
+    """The inference engine's refusals, by the step whose rollouts they failed.
 
-    def __init__(self, engine: Any, on_batch: Callable[[Batch], None]):
+    AReaL's workflow executor logs a rollout whose ``agenerate`` raised and rejects
+    it; the step trains on the rollouts that did not fail, and the recording would
+    show nothing of them. AReaL main refuses a NaN log-prob that way
+    (``HttpGenerationResult``, PR #1554), where 1.0.4 put it in the batch.
+    """
+
+    def __init__(self, step_of: Callable[[], int]):
+        self._step_of = step_of
+        self._lock = threading.Lock()
+        self._failed: list[tuple[int, str]] = []
+        self.watched: Any = None
+
+    def watch(self, engine: Any, patches) -> None:
+        """Note each exception of ``engine.agenerate`` (then raised on)."""
+
+        def make(original):
+            async def agenerate(*args, **kwargs):
+                try:
+                    return await original(*args, **kwargs)
+                except Exception as e:
+                    with self._lock:
+                        self._failed.append(
+                            (self._step_of(), f"{type(e).__name__}: {e}")
+                        )
+                    raise
+
+            return agenerate
+
+        patches.wrap(engine, "agenerate", make)
+        self.watched = engine
+
+    def reasons(self, step: int) -> list[str]:
+        """Why ``step`` is anomalous: the failures up to it, then forgotten."""
+        with self._lock:
+            mine = [text for s, text in self._failed if s <= step]
+            self._failed = [(s, text) for s, text in self._failed if s > step]
+        if not mine:
+            return []
+        return [
+            f"{len(mine)} rollout request(s) failed in the inference engine and their "
+            f"rollouts were rejected; the first: {mine[0]}"
+        ]
+
+
+class RecordingEngine:
+    """Delegates everything to the real engine; hands each returned batch to
+    ``on_batch``; with ``failures``, notes each request its workflows fail on."""
+
+    def __init__(
+        self,
+        engine: Any,
+        on_batch: Callable[[Batch], None],
+        failures: RolloutFailures | None = None,
+        patches=None,
+    ):
         # object.__setattr__ keeps these off the wrapped engine.
         object.__setattr__(self, "_engine", engine)
         object.__setattr__(self, "_on_batch", on_batch)
+        object.__setattr__(self, "_failures", failures)
+        object.__setattr__(self, "_patches", patches)
+
+    def _watch(self) -> None:
+        # The executor exists once the engine is initialised, after it was built.
+        target = areal_compat.workflow_engine(self._engine)
+        if self._failures is not None and target is not None:
+            if self._failures.watched is not target:
+                self._failures.watch(target, self._patches)
 
     def prepare_batch(self, *args, **kwargs) -> Batch:
+        self._watch()
         batch = self._engine.prepare_batch(*args, **kwargs)
         self._on_batch(batch)
         return batch
 
     def rollout_batch(self, *args, **kwargs) -> Batch:
+        self._watch()
         batch = self._engine.rollout_batch(*args, **kwargs)
         self._on_batch(batch)
         return batch

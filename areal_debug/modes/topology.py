@@ -66,8 +66,10 @@ class Topology:
         """An inference engine attached to running servers, or None."""
         return None
 
-    def record_engine(self, engine, on_batch: Callable, patches) -> Any:
-        """Make ``engine`` hand each batch it returns to ``on_batch``."""
+    def record_engine(self, engine, on_batch: Callable, patches, failures=None) -> Any:
+        """Make ``engine`` hand each batch it returns to ``on_batch`` (and, where
+        its workflows run in this process, each request they fail on to
+        ``failures``, a ``RolloutFailures``)."""
         raise NotImplementedError
 
     def present_replayed(self, batch: Batch) -> Batch:
@@ -148,9 +150,9 @@ class SpmdTopology(Topology):
     def barrier(self, trainer) -> None:
         dist.barrier(group=areal_compat.cpu_group(trainer))
 
-    def record_engine(self, engine, on_batch, patches):
+    def record_engine(self, engine, on_batch, patches, failures=None):
         # Each data-parallel head's engine: record what it returns.
-        return RecordingEngine(engine, on_batch)
+        return RecordingEngine(engine, on_batch, failures, patches)
 
     def clone_recorded_tensors(self) -> bool:
         # On an accelerator AReaL copies the batch to the device before any use
@@ -223,9 +225,11 @@ class SingleControllerTopology(Topology):
     def attach_rollout(self, trainer, rollout_config):
         return attach_rollout_controller(trainer, rollout_config)
 
-    def record_engine(self, engine, on_batch, patches):
+    def record_engine(self, engine, on_batch, patches, failures=None):
         # The methods are replaced on the instance, not wrapped in another
         # object: AReaL checks isinstance(trainer.rollout, RolloutController).
+        # The workflows run in the rollout workers: their failures are not seen
+        # here (``failures`` unused).
         fetcher = self._fetcher()
         for name in ("prepare_batch", "rollout_batch"):
 

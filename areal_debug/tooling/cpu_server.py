@@ -14,6 +14,10 @@ from disk) runs on machines without a GPU. Endpoints:
   generations use them), ``POST /pause_generation``, ``POST /continue_generation``
   (requests wait while paused), ``GET /get_model_info``.
 
+``--logprob-fault SPEC`` (or ``AREAL_DEBUG_CPU_SERVER_LOGPROB_FAULT``) reports the
+sampling log-probs of one weight version (one step) shifted or NaN: a planted
+training-inference mismatch (``tooling/logprob_fault.py``).
+
 Generation runs on one worker thread in arrival order from one seeded RNG:
 deterministic for a given seed and request order.
 """
@@ -34,6 +38,8 @@ import torch
 from aiohttp import web
 
 from areal_debug.logs import get_logger
+from areal_debug.tooling import logprob_fault
+from areal_debug.tooling.logprob_fault import Injector, LogprobFault
 
 logger = get_logger("CPUServer")
 
@@ -142,12 +148,13 @@ def _filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tens
 class Generator:
     """The model and the RNG; every call runs on the single worker thread."""
 
-    def __init__(self, model_path: str, seed: int):
+    def __init__(self, model_path: str, seed: int, fault: LogprobFault | None = None):
         self.model_path = model_path
         self.model = load_model(model_path)
         self.eos = self.model.config.eos_token_id
         self.rng = torch.Generator().manual_seed(seed)
         self.weight_version = 0
+        self.fault = None if fault is None else Injector(fault)
 
     @property
     def vocab_size(self) -> int:
@@ -182,6 +189,8 @@ class Generator:
                 finish = {"type": "stop", "matched": token}
                 break
             inp = torch.tensor([[token]])
+        if self.fault is not None:
+            self.fault.apply(out, self.weight_version)
         meta = {
             "finish_reason": finish,
             "prompt_tokens": len(ids),
@@ -211,8 +220,10 @@ class Generator:
 
 
 class CPUServer:
-    def __init__(self, model_path: str, seed: int = 0):
-        self.gen = Generator(model_path, seed)
+    def __init__(
+        self, model_path: str, seed: int = 0, fault: LogprobFault | None = None
+    ):
+        self.gen = Generator(model_path, seed, fault)
         # One worker: arrival order is generation order, so runs are reproducible.
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cpu-server")
         self.running = asyncio.Event()
@@ -240,8 +251,18 @@ class CPUServer:
                 "weight_version": self.gen.weight_version,
                 "paused": not self.running.is_set(),
                 "requests_served": self.requests,
+                **self._fault_info(),
             }
         )
+
+    def _fault_info(self) -> dict:
+        injector = self.gen.fault
+        if injector is None:
+            return {}
+        return {
+            "logprob_fault": injector.fault.describe(),
+            "logprob_fault_tokens": injector.tokens_hit,
+        }
 
     async def update_weights_from_disk(self, request: web.Request) -> web.Response:
         payload = await _json_body(request)
@@ -306,9 +327,16 @@ async def _json_errors(request: web.Request, handler):
 
 
 async def serve(
-    model_path: str, host: str, port: int, seed: int, addr_file: str | None
+    model_path: str,
+    host: str,
+    port: int,
+    seed: int,
+    addr_file: str | None,
+    fault: LogprobFault | None = None,
 ):
-    server = CPUServer(model_path, seed)
+    server = CPUServer(model_path, seed, fault)
+    if fault is not None:
+        logger.warning(f"Injecting a log-prob fault: {fault.describe()}")
     runner = web.AppRunner(server.app(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
@@ -339,7 +367,23 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--addr-file", default=None, help="write host:port here once serving"
     )
+    ap.add_argument(
+        "--logprob-fault",
+        default=os.environ.get(logprob_fault.ENV) or None,
+        metavar="SPEC",
+        help="report the sampling log-probs of one weight version (a step) off, "
+        "e.g. 'version=2,offset=4,share=0.25' or 'version=1,nan=true' "
+        f"(default: ${logprob_fault.ENV})",
+    )
     args = ap.parse_args(argv)
+    try:
+        fault = (
+            None
+            if args.logprob_fault is None
+            else logprob_fault.parse(args.logprob_fault)
+        )
+    except logprob_fault.FaultError as e:
+        ap.error(str(e))
     # The server runs without AReaL (seconds to import, for nothing it needs):
     # its log lines go through the standard library, to stdout like AReaL's.
     logging.basicConfig(
@@ -350,7 +394,14 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     try:
         asyncio.run(
-            serve(args.model_path, args.host, args.port, args.seed, args.addr_file)
+            serve(
+                args.model_path,
+                args.host,
+                args.port,
+                args.seed,
+                args.addr_file,
+                fault,
+            )
         )
     except KeyboardInterrupt:
         pass

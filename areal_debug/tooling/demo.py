@@ -24,6 +24,8 @@ from pathlib import Path
 from areal_debug import testing
 from areal_debug.recording.reader import RecordingReader
 from areal_debug.testing import end_process, example_command, run_env, tail
+from areal_debug.tooling.logprob_fault import FaultError
+from areal_debug.tooling.logprob_fault import parse as parse_fault
 from areal_debug.tooling.tiny_task import build_tiny_model, write_dataset
 
 EXPERIMENT, TRIAL = "tinydemo", "trial0"
@@ -50,10 +52,12 @@ def say(msg: str) -> None:
     print(f"[areal-debug demo] {msg}", flush=True)
 
 
-def start_server(workdir: Path, env: dict) -> tuple[subprocess.Popen, str]:
+def start_server(
+    workdir: Path, env: dict, logprob_fault: str | None = None
+) -> tuple[subprocess.Popen, str]:
     """The CPU server on ``workdir/model``, healthy; see ``testing.start_server``."""
     try:
-        return testing.start_server(workdir, env)
+        return testing.start_server(workdir, env, logprob_fault=logprob_fault)
     except testing.ServerError as e:
         raise DemoError(str(e)) from None
 
@@ -226,14 +230,21 @@ def run_demo(
     nproc: int = 1,
     single_controller: bool = False,
     overrides: tuple[str, ...] = (),
+    logprob_fault: str | None = None,
 ) -> int:
-    """Record, replay and compare; ``overrides`` go to both runs."""
+    """Record, replay and compare; ``overrides`` go to both runs;
+    ``logprob_fault`` is the CPU server's ``--logprob-fault``."""
     named = [o for o in overrides if o.lstrip("+").split("=")[0] in OWN_KEYS]
     if named:
         raise DemoError(
             f"{', '.join(named)}: the demo names its own run ({EXPERIMENT}/{TRIAL}) "
             "and writes under --workdir; leave these keys out or use --workdir"
         )
+    if logprob_fault:
+        try:
+            parse_fault(logprob_fault)
+        except FaultError as e:
+            raise DemoError(str(e)) from None
     sc = single_controller
     wd = Path(workdir).resolve()
     wd.mkdir(parents=True, exist_ok=True)
@@ -246,7 +257,9 @@ def run_demo(
     how = "single-controller mode" if sc else "SPMD mode"
 
     say("[2/4] starting the CPU inference server (SGLang HTTP protocol)")
-    server, addr = start_server(wd, base_env)
+    if logprob_fault:
+        say(f"[2/4] the server reports log-probs off: {logprob_fault}")
+    server, addr = start_server(wd, base_env, logprob_fault)
     try:
         say(
             f"[2/4] dump in {how}: {steps} GRPO steps on {nproc} trainer "

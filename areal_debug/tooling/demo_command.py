@@ -32,6 +32,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="run both sides in AReaL's single-controller mode (scheduler.type=local)",
     )
     p.add_argument(
+        "--logprob-fault",
+        metavar="SPEC",
+        help="the CPU server reports the log-probs of one step off, to see a "
+        "training-inference mismatch spike: e.g. 'version=2,offset=4,share=0.25' "
+        "(step 2: a quarter of the generated tokens +4 nats) or 'version=2,nan=true'",
+    )
+    p.add_argument(
         "overrides",
         nargs="*",
         metavar="KEY=VALUE",
@@ -50,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
             nproc=args.nproc,
             single_controller=args.single_controller,
             overrides=tuple(args.overrides),
+            logprob_fault=args.logprob_fault,
         )
     except DemoError as e:
         print(f"areal-debug demo: {e}", file=sys.stderr)

@@ -10,7 +10,8 @@
 - ``sc_d2``: single-controller, made by ``areal-debug demo --single-controller
   --nproc 2`` (the shipped example against the CPU server, then its replay by
   the demo's own ``run_replay.sh``), two FSDP workers, 3 steps with recover
-  checkpoints.
+  checkpoints; the server reports a quarter of step 1's sampled log-probs 4 nats
+  low (``SC_SPIKE``), which a user threshold pins.
 
 A test never writes into a recording: replays run under their own trial names.
 """
@@ -45,6 +46,14 @@ SC_EXPERIMENT, SC_TRIAL = "tinydemo", "trial0"
 # The single-controller recording trains on two FSDP workers: the train
 # controller then balances each batch over them, by AReaL's trajectory weights.
 SC_TRAIN_D2 = ("actor.backend=fsdp:d2", "allocation_mode=sglang:d1+fsdp:d2")
+# A training-inference mismatch spike planted at one step (the CPU server's
+# --logprob-fault): step 1, so that steps on both sides of it are clean. Step 0
+# stays clean for the tests that plant their own gap there (test_mismatch.py).
+SC_SPIKE_STEP, SC_SPIKE_NATS = 1, 4.0
+SC_SPIKE = f"version={SC_SPIKE_STEP},offset={-SC_SPIKE_NATS},share=0.25"
+# 3 steps are too few for the running-median trigger (it starts at the 6th): a
+# threshold, far above the clean steps' gap (thousandths of a nat).
+SC_SPIKE_THRESHOLD = "areal_debug/mismatch/abs_diff/max > 1"
 
 
 @dataclass
@@ -147,6 +156,8 @@ def sc_d2(tmp_path_factory) -> Demo:
         f"--steps={SC_STEPS}",
         "--nproc=2",
         "--single-controller",
+        f"--logprob-fault={SC_SPIKE}",
+        f"debug.anomaly_thresholds=['{SC_SPIKE_THRESHOLD}']",
         "recover.mode=on",
         "++recover.freq_steps=1",
         # The trainer's per-token log-probs on each of the 2 ranks, kept for the
