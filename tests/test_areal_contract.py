@@ -150,6 +150,10 @@ def train_source() -> str:
 
 
 # == the door: areal_compat, one module per subject ==================================
+def compat_module(subject: str):
+    return importlib.import_module(f"areal_debug.areal_compat.{subject}")
+
+
 def defined_names(module) -> set[str]:
     """The public names ``module`` defines at its top level, read from its source."""
     names = set()
@@ -174,12 +178,28 @@ def test_the_door_reaches_every_name_of_every_adapter_module():
     assert len(listed) == len(set(listed)), "a name listed under two modules"
     assert sorted(listed) == areal_compat.__all__
     for subject, names in areal_compat.SUBJECTS.items():
-        module = importlib.import_module(f"areal_debug.areal_compat.{subject}")
+        module = compat_module(subject)
         assert set(names) == defined_names(module), subject
         for name in names:
             assert getattr(areal_compat, name) is getattr(module, name), name
     with pytest.raises(AttributeError, match="no attribute 'no_such_entry'"):
         areal_compat.no_such_entry  # noqa: B018
+
+
+def test_only_the_trainer_module_imports_areal_as_it_is_imported():
+    """Importing the package, or any module but ``trainer`` (whose TrainerHooks
+    subclasses PPOTrainer), loads no AReaL: the CLI and the writer process use
+    the adapter without it (tests/test_cli.py runs them)."""
+    for subject in ("__init__", *areal_compat.SUBJECTS):
+        module = areal_compat if subject == "__init__" else compat_module(subject)
+        top = [
+            alias.name if isinstance(node, ast.Import) else node.module or ""
+            for node in ast.parse(source(module)).body
+            if isinstance(node, (ast.Import, ast.ImportFrom))
+            for alias in node.names
+        ]
+        areal = [name for name in top if name.split(".")[0] == "areal"]
+        assert bool(areal) == (subject == "trainer"), (subject, areal)
 
 
 def test_every_adapter_module_has_its_contract_checks():

@@ -14,9 +14,11 @@ cluster. Public, documented API (``PPOTrainer``, ``PPOConfig``,
 ``load_expr_config``, ``areal.utils.logging``) is imported where it is used.
 
 Every entry is reached here, ``areal_compat.NAME``, whichever module holds it:
-a module is imported on its first use, so importing this package loads no AReaL,
-and the modules that need none at import time (``versions``, ``checkpoints``,
-``config``) serve light processes (the CLI, the writer process) without it.
+a module is imported on its first use, so importing this package loads no AReaL.
+Only ``trainer`` imports AReaL as it is imported (``TrainerHooks`` subclasses
+``PPOTrainer``); the others import it inside the functions that need it, so the
+light processes (the CLI, the writer process, the reliability suite's stand-in
+runs) use ``versions`` and ``checkpoints`` without loading AReaL.
 """
 
 from __future__ import annotations
