@@ -52,8 +52,10 @@ SCRIPT = textwrap.dedent(
     """
 )
 
-# An uncaught KeyboardInterrupt ends `python -c` with 1.
-STOPPED = {"SIGINT": 1, "SIGTERM": 128 + signal.SIGTERM}
+# An uncaught KeyboardInterrupt ends `python -c` by SIGINT itself (Python 3.8+),
+# or with 1 once AReaL is loaded, as in a controller (`import areal` changes how
+# it exits; WorkerReaper's module loads no AReaL).
+STOPPED = {"SIGINT": {-signal.SIGINT, 1}, "SIGTERM": {128 + signal.SIGTERM}}
 
 
 def run(sig: str, redeliver: bool) -> subprocess.CompletedProcess:
@@ -72,7 +74,7 @@ def test_a_swallowed_signal_is_raised_again_and_stops_the_controller(sig):
     assert "Exception ignored in" in run_.stderr
     assert f"{sig} reached Python cleanup code" in run_.stderr + run_.stdout
     assert "trained on" not in run_.stdout
-    assert run_.returncode == STOPPED[sig], run_.stderr[-2000:]
+    assert run_.returncode in STOPPED[sig], run_.stderr[-2000:]
 
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])

@@ -292,12 +292,12 @@ def checkpoint_problem(recording: str, step: int) -> str | None:
     d = os.path.join(recording, KEPT, step_dirname(step))
     if os.path.exists(d + ".partial"):
         return f"{d}.partial exists (a copy was interrupted)"
-    info = os.path.join(d, "recover_info", "step_info.json")
+    info = areal_compat.kept_step_info(d)
     if not os.path.isfile(info):
         return f"{info} is missing"
     # The actor's checkpoint, under the name AReaL saves it by.
     actor = areal_compat.recover_model_names(with_critic=False)[0]
-    ckpt = os.path.join(d, "checkpoints", actor)
+    ckpt = areal_compat.kept_model_dir(d, actor)
     if not os.path.isdir(ckpt) or not os.listdir(ckpt):
         return f"{ckpt} is missing or empty"
     return None

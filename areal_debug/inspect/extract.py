@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from areal_debug.areal_compat import kept_step_info
 from areal_debug.inspect.common import (
     InspectError,
     package_version,
@@ -406,10 +407,10 @@ def _write_subset(reader, rec, step, target, trajectories: list[int] | None):
 def _copy_checkpoint(src_recording: str, rec: str, ckpt: int) -> None:
     """The kept recover checkpoint, whole or not at all (as the dump keeps it)."""
     src = os.path.join(src_recording, KEPT, step_dirname(ckpt))
-    info = os.path.join(src, "recover_info", "step_info.json")
+    info = kept_step_info(src)
     if not os.path.exists(info):
         raise InspectError(
-            f"The kept checkpoint {src} has no recover_info/step_info.json: it is not "
+            f"The kept checkpoint {src} has no {os.path.relpath(info, src)}: it is not "
             "whole. Extract with --no-checkpoint, or choose another step."
         )
     dst = os.path.join(rec, KEPT, step_dirname(ckpt))

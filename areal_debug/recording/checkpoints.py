@@ -14,24 +14,24 @@ import fcntl
 import os
 import shutil
 
+# AReaL's checkpoint layout, and the names its trees have in a kept checkpoint,
+# come from the adapter (areal_compat.checkpoints), which loads no AReaL until a
+# path of AReaL's own is asked for: the store's own processes (the writer process,
+# the reliability suite's stand-in runs) never load AReaL.
+from areal_debug.areal_compat import (
+    kept_trees,
+    recover_model_names,
+    recover_paths,
+    write_dataloader_state,
+)
 from areal_debug.logs import get_logger
 from areal_debug.recording.format import KEPT, kept_steps, step_dirname
 
 logger = get_logger("DebugCheckpoints")
 
-_INFO = "recover_info"
-_CHECKPOINTS = "checkpoints"
-
-
-# AReaL's checkpoint layout comes from the adapter, imported where it is used: the
-# store's own processes (the writer process, the reliability suite's stand-in
-# runs) never load AReaL.
-
 
 def model_names(config) -> list[str]:
     """The models a recover checkpoint holds: the actor, and the critic if any."""
-    from areal_debug.areal_compat import recover_model_names
-
     return recover_model_names(config.critic is not None)
 
 
@@ -87,8 +87,6 @@ def _reflink(src: str, dst: str) -> bool:
 
 def keep(config, recording: str, step: int, names: list[str]) -> str:
     """Copy the recover checkpoint just saved for ``step`` into the recording."""
-    from areal_debug.areal_compat import recover_paths
-
     info, ckpts = recover_paths(config, config.trial_name, names)
     return keep_dirs(recording, step, info, ckpts)
 
@@ -101,9 +99,8 @@ def keep_dirs(recording: str, step: int, info: str, ckpts: dict[str, str]) -> st
     shutil.rmtree(tmp, ignore_errors=True)
     copy = _TreeCopy()
     try:
-        copy.tree(info, os.path.join(tmp, _INFO))
-        for name, path in ckpts.items():
-            copy.tree(path, os.path.join(tmp, _CHECKPOINTS, name))
+        for tree, kept in kept_trees(tmp, info, ckpts):
+            copy.tree(tree, kept)
     except BaseException:
         # A copy that failed (disk full) must not keep the space it took.
         shutil.rmtree(tmp, ignore_errors=True)
@@ -128,16 +125,12 @@ def install(
 ) -> None:
     """Put the kept checkpoint of ``step`` where AReaL's RecoverHandler looks for
     this replay's trial, pointing the dataloader position at the next step."""
-    from areal_debug.areal_compat import recover_paths, write_dataloader_state
-
     src = os.path.join(recording, KEPT, step_dirname(step))
     info, ckpts = recover_paths(config, config.trial_name, names)
     copy = _TreeCopy()
-    shutil.rmtree(info, ignore_errors=True)
-    copy.tree(os.path.join(src, _INFO), info)
-    for name, path in ckpts.items():
-        shutil.rmtree(path, ignore_errors=True)
-        copy.tree(os.path.join(src, _CHECKPOINTS, name), path)
+    for tree, kept in kept_trees(src, info, ckpts):
+        shutil.rmtree(tree, ignore_errors=True)
+        copy.tree(kept, tree)
     # The dump run saved its real dataloader's state; the replay's dataloader
     # is a ReplayDataLoader whose whole state is the next step to yield.
     write_dataloader_state(info, {"next_step": step + 1}, world_size)

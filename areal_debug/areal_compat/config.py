@@ -1,0 +1,98 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The config: composing one without AReaL's side effects, the allocation strings
+it holds, and where it puts a trial's logs (areal/api/cli_args.py,
+areal/api/alloc_mode.py, areal/utils/stats_logger.py).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from areal.trainer.rl_trainer import PPOTrainer
+
+
+# -- config loading without side effects -----------------------------------------------
+def compose_config(args: list[str], config_cls):
+    """What AReaL's ``load_expr_config`` builds from ``args`` (``--config`` and
+    overrides), without saving ``config.yaml`` into the run's log directory as it
+    does: for tools that only read a config (``areal-debug doctor``).
+    (api/cli_args.py parse_cli_args :3020, to_structured_cfg :3080 in 1.0.4;
+    :3169, :3229 in 2.0.0.)"""
+    from areal.api.cli_args import parse_cli_args, to_structured_cfg
+    from omegaconf import OmegaConf
+
+    cfg, _ = parse_cli_args(args)
+    return OmegaConf.to_object(to_structured_cfg(cfg, config_cls=config_cls))
+
+
+# -- allocation strings ------------------------------------------------------------------
+def parse_allocation(alloc: str):
+    """areal/api/alloc_mode.py:383 (1.0.4 and 2.0.0) _AllocationMode.from_str
+    (:423; deprecation warnings silenced); raises what AReaL raises on a bad
+    string."""
+    from areal.api.alloc_mode import _AllocationMode
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _AllocationMode.from_str(alloc)
+
+
+def allocation_train_world_size(alloc: str) -> int:
+    return parse_allocation(alloc).train.world_size
+
+
+def allocation_train_dp_size(alloc: str) -> int:
+    """The training data-parallel size of ``alloc``: _AllocationMode.train
+    (alloc_mode.py:539) ParallelStrategy.dp_size (:128; both in 1.0.4 and 2.0.0),
+    as PPOTrainer reads it from ``actor_alloc`` (``train_dp_size``)."""
+    return parse_allocation(alloc).train.dp_size
+
+
+# AReaL reads a training layout in two places that never meet: its SPMD launchers
+# start ``_AllocationMode.from_str(config.allocation_mode).train.world_size`` trainer
+# processes (infra/launcher/local.py:295 and :383 in 1.0.4, :296 and :387 in 2.0.0;
+# ray.py and slurm.py likewise), while PPOTrainer.__init__ builds each training
+# engine from its own ``<key>.backend`` alone (trainer/rl_trainer.py: actor :132,
+# critic :174-175, ref :180, teacher.train :192-193, the same lines in 1.0.4 and
+# 2.0.0), never reading allocation_mode. The training engines, by config key:
+TRAIN_ENGINE_KEYS = ("actor", "critic", "ref", "teacher.train")
+
+
+def same_model_allocation(a: str, b: str) -> bool:
+    """Whether two one-engine specs (``fsdp:d2``, ``fsdp[actor]:d2p1t1``,
+    ``megatron:d2p2t1``) name the same backend and parallelism, read as PPOTrainer
+    reads ``*.backend``: areal/api/alloc_mode.py ModelAllocation.from_str (:286)
+    and ParallelStrategy.parallelism_eq (:180; Megatron's :242), the same in 1.0.4
+    and 2.0.0. Names are ignored; raises what AReaL raises on a bad spec."""
+    from areal.api.alloc_mode import ModelAllocation
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        x, y = ModelAllocation.from_str(a), ModelAllocation.from_str(b)
+    return (
+        x.backend == y.backend
+        and type(x.parallel) is type(y.parallel)
+        and type(x.parallel).parallelism_eq(x.parallel, y.parallel)
+    )
+
+
+# -- where a trial logs -------------------------------------------------------------------
+def trial_log_dir(fileroot: str, experiment: str, trial: str) -> str:
+    """The log directory AReaL's StatsLogger gives a trial
+    (``<fileroot>/logs/<user>/<experiment>/<trial>``, utils/stats_logger.py:179
+    in 1.0.4, 2.0.0 and main), without creating it as get_log_path does: a
+    replay's trial is chosen by looking (contract check: the same path)."""
+    import getpass
+
+    return os.path.join(fileroot, "logs", getpass.getuser(), experiment, trial)
+
+
+def stats_log_dir(trainer: PPOTrainer) -> str:
+    """Where AReaL's StatsLogger writes this trial's logs
+    (utils/stats_logger.py:165 in 1.0.4 and 2.0.0, StatsLogger.get_log_path)."""
+    from areal.utils.stats_logger import StatsLogger
+
+    return StatsLogger.get_log_path(trainer.config.stats_logger)
