@@ -15,8 +15,9 @@ and says what the run uses, for every caller:
   training part runs.
 
 Whatever cannot hold is refused with one error type, ``AllocationError``, before
-any process starts, saying what to do. AReaL's parser is reached through
-``areal_compat``.
+any process starts, saying what to do. AReaL's grammar (which
+parts train, which serve, a part's backend and name) and its parser are reached
+through ``areal_compat``.
 """
 
 from __future__ import annotations
@@ -30,10 +31,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from areal_debug import areal_compat
 
-TRAIN_BACKENDS = ("fsdp", "megatron", "archon")
 MODES = ("run", "launch", "replay")
-# AReaL 0.x style: parallel dimensions with no backend prefix, e.g. "d4p1t1".
-BARE_DIMS = re.compile(r"^(?:[dptce]\d+)+$")
 _PLAIN_VALUE = re.compile(r"^[\w:.+-]*$")
 _SERVER_ADDRS_ENV = "AREAL_LLM_SERVER_ADDRS"
 
@@ -136,8 +134,10 @@ def plan_allocation(
             )
             rewrites = True
     parts = allocation_parts(final)
-    train = [p.strip() for p in parts if backend_of(p) in TRAIN_BACKENDS]
-    serves = tuple(p.strip() for p in parts if backend_of(p) not in TRAIN_BACKENDS)
+    train = [p.strip() for p in parts if backend_of(p) in areal_compat.TRAIN_BACKENDS]
+    serves = tuple(
+        p.strip() for p in parts if backend_of(p) not in areal_compat.TRAIN_BACKENDS
+    )
     dropped = tuple(
         p.strip() for p in allocation_parts(alloc) if p.strip() not in train
     )
@@ -180,17 +180,17 @@ def hydra_override(key: str, value: str) -> str:
 # -- allocation strings ------------------------------------------------------------------
 def backend_of(spec: str) -> str:
     """``fsdp`` of ``fsdp:d4``, ``fsdp[actor]:d4``."""
-    return re.split(r"[\[:]", spec, maxsplit=1)[0].strip()
+    return areal_compat.allocation_backend(spec)
 
 
 def read_bare_allocation(alloc: str, actor_backend: str) -> tuple[str, str | None]:
     """``(allocation, note)``: a bare ``d4p1t1`` (AReaL 0.x style) read as the
     training allocation with ``actor_backend``'s backend (fsdp if it has none),
     and a note saying so; any other allocation as it is, with no note."""
-    if not BARE_DIMS.match(alloc):
+    if not areal_compat.is_bare_allocation(alloc):
         return alloc, None
     backend = backend_of(actor_backend)
-    read = f"{backend if backend in TRAIN_BACKENDS else 'fsdp'}:{alloc}"
+    read = f"{backend if backend in areal_compat.TRAIN_BACKENDS else 'fsdp'}:{alloc}"
     return read, (
         f"allocation_mode={alloc} has no backend prefix (AReaL 0.x style); "
         f"read as the training allocation {read}."
@@ -200,18 +200,11 @@ def read_bare_allocation(alloc: str, actor_backend: str) -> tuple[str, str | Non
 def allocation_parts(alloc: str) -> list[str]:
     """The parts of ``alloc`` between top-level ``+`` and ``|`` (not those inside
     a Megatron ``(attn:...|ffn:...)``), empty ones left out."""
-    return [alloc[s:e] for s, e in _components(alloc) if alloc[s:e].strip()]
-
-
-def _components(alloc: str) -> list[tuple[int, int]]:
-    """(start, end) of each part of ``alloc`` split at top-level ``+`` and ``|``."""
-    spans, depth, start = [], 0, 0
-    for i, ch in enumerate(alloc + "+"):
-        depth += {"(": 1, ")": -1}.get(ch, 0)
-        if depth == 0 and ch in "+|":
-            spans.append((start, i))
-            start = i + 1
-    return spans
+    return [
+        alloc[s:e]
+        for s, e in areal_compat.allocation_spans(alloc)
+        if alloc[s:e].strip()
+    ]
 
 
 def _check_readable(alloc: str, what: str, hint: str) -> None:
@@ -256,7 +249,9 @@ def _training_part(alloc: str) -> str:
     ``fsdp:d4p1t1``; names and colocation (``sglang[r]:d2|fsdp[a]:d2`` ->
     ``fsdp[a]:d2``) are kept."""
     components = allocation_parts(alloc)
-    train = [c.strip() for c in components if backend_of(c) in TRAIN_BACKENDS]
+    train = [
+        c.strip() for c in components if backend_of(c) in areal_compat.TRAIN_BACKENDS
+    ]
     if not train:
         raise AllocationError(
             f"allocation_mode={alloc!r} has no training part (only "
@@ -316,8 +311,8 @@ def _agree(cfg, argv: list[str], alloc: str) -> tuple[str, dict[str, str], list[
     )
     train = [
         (start, end)
-        for start, end in _components(alloc)
-        if backend_of(alloc[start:end]) in TRAIN_BACKENDS
+        for start, end in areal_compat.allocation_spans(alloc)
+        if backend_of(alloc[start:end]) in areal_compat.TRAIN_BACKENDS
     ]
     if not train:  # inference servers only: nothing trains
         return alloc, {}, notes
@@ -331,7 +326,7 @@ def _agree(cfg, argv: list[str], alloc: str) -> tuple[str, dict[str, str], list[
             "(++allocation_mode=) and set each engine's *.backend."
         )
     start, end = train[0]
-    spec = re.sub(r"\[\w*\]", "", alloc[start:end], count=1).strip()
+    spec = areal_compat.unnamed_allocation(alloc[start:end])
     # A copy to set the backends in: one may follow another by interpolation.
     work = copy.deepcopy(cfg) if isinstance(cfg, DictConfig) else cfg
     engines = _training_engines(work)
@@ -353,7 +348,7 @@ def _agree(cfg, argv: list[str], alloc: str) -> tuple[str, dict[str, str], list[
             )
     if first is not None and not _same(first[1], spec):
         key, value = first
-        name = re.match(r"^\s*\w*(\[\w*\])?", alloc[start:end]).group(1) or ""
+        name = areal_compat.allocation_name(alloc[start:end])
         part = backend_of(value) + name + value[len(backend_of(value)) :]
         wanted = alloc[:start] + part + alloc[end:]
         if where == "command line":
