@@ -33,7 +33,7 @@ from areal_debug import areal_compat
 
 MODES = ("run", "launch", "replay")
 _PLAIN_VALUE = re.compile(r"^[\w:.+-]*$")
-_SERVER_ADDRS_ENV = "AREAL_LLM_SERVER_ADDRS"
+SERVER_ADDRS_ENV = "AREAL_LLM_SERVER_ADDRS"
 
 
 class AllocationError(ValueError):
@@ -128,7 +128,7 @@ def plan_allocation(
             rewrites = True
         elif final != alloc:
             notes.append(
-                f"{_SERVER_ADDRS_ENV}={running_servers} is set: the trainer uses "
+                f"{SERVER_ADDRS_ENV}={running_servers} is set: the trainer uses "
                 f"those running servers; no server is started (allocation "
                 f"{alloc!r} -> {final!r})."
             )
@@ -259,7 +259,13 @@ def _training_part(alloc: str) -> str:
             "the trainer. Give the training allocation, e.g. "
             "++allocation_mode=fsdp:d4, or ++allocation_mode=sglang:d4+fsdp:d4."
         )
-    return "+".join(train)
+    result = "+".join(train)
+    _check_readable(
+        result,
+        f"allocation_mode={result!r}",
+        "Use e.g. ++allocation_mode=sglang:d4+fsdp:d4 or ++allocation_mode=fsdp:d4.",
+    )
+    return result
 
 
 # -- the training engines' backends ------------------------------------------------------

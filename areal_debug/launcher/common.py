@@ -13,7 +13,12 @@ from dataclasses import dataclass, field
 from omegaconf import DictConfig, OmegaConf
 
 from areal_debug import areal_compat
-from areal_debug.allocation import AllocationError, AllocationPlan, plan_allocation
+from areal_debug.allocation import (
+    SERVER_ADDRS_ENV,
+    AllocationError,
+    AllocationPlan,
+    plan_allocation,
+)
 from areal_debug.config import (
     DebugConfigError,
     check_debug_keys,
@@ -25,8 +30,6 @@ from areal_debug.config import (
 )
 from areal_debug.determinism import DETERMINISM_ENV
 from areal_debug.logs import get_logger
-
-SERVER_ADDRS_ENV = "AREAL_LLM_SERVER_ADDRS"
 
 logger = get_logger("DebugLauncher")
 
