@@ -12,11 +12,7 @@ from areal.api.cli_args import GRPOConfig, PPOConfig
 from omegaconf import OmegaConf
 
 from areal_debug import areal_compat
-from areal_debug.backend_agreement import (
-    agree_with_allocation,
-    hydra_override,
-    override_key,
-)
+from areal_debug.allocation import override_key, plan_allocation
 from areal_debug.logs import get_logger
 from areal_debug.recording.anomaly import parse_threshold
 from areal_debug.recording.format import (
@@ -577,9 +573,10 @@ def compose_with_debug_overrides(compose, argv: list[str]):
 
 def agree_argv_with_allocation(argv: list[str]) -> list[str]:
     """``argv`` with the overrides that make the training engines' backends agree
-    with allocation_mode (each change logged); AllocationConflictError where
-    they cannot. For load_expr_config: single-controller runs, and SPMD runs not
-    started by areal-debug's launchers (which have done this already)."""
+    with allocation_mode (``allocation.plan_allocation``, each change logged);
+    AllocationError where they cannot. For load_expr_config: single-controller
+    runs, and SPMD runs not started by areal-debug's launchers (which have done
+    this already)."""
     from areal.api.cli_args import parse_cli_args
 
     try:
@@ -588,15 +585,10 @@ def agree_argv_with_allocation(argv: list[str]) -> list[str]:
         )
     except Exception:  # noqa: BLE001 - AReaL's own load then says what is wrong
         return argv
-    before = str(OmegaConf.select(cfg, "allocation_mode", default="") or "").strip()
-    agreement = agree_with_allocation(cfg, composed, before)
-    for note in agreement.notes:
+    allocation = plan_allocation(cfg, composed, "run")
+    for note in allocation.notes:
         logger.info(note)
-    extra = [hydra_override(k, v) for k, v in agreement.backends.items()]
-    if agreement.allocation != before:
-        argv = [a for a in argv if override_key(a) != "allocation_mode"]
-        extra.append(hydra_override("allocation_mode", agreement.allocation))
-    return [*argv, *extra]
+    return allocation.argv(argv)
 
 
 class DebugConfigError(ValueError):

@@ -1130,6 +1130,43 @@ def _():
         areal_compat.parse_allocation("fsdp:d2p2")
 
 
+@check("config", "ALLOCATION_GRAMMAR: parts, backends, names (the planner's reading)")
+def _():
+    from areal.api import alloc_mode
+
+    grammar = alloc_mode.ALLOCATION_GRAMMAR
+    trains = " | ".join(f'"{b}"' for b in areal_compat.TRAIN_BACKENDS)
+    assert f"TRAIN_BACKEND: {trains}" in grammar
+    assert 'disaggregate_chain: component ("+" component)+' in grammar
+    assert 'colocate_expr: single_allocation ("|" single_allocation)+' in grammar
+    assert 'DIM_TYPE: "p" | "d" | "t" | "c" | "e"' in grammar
+    assert "train_dims_only: common_dim+" in grammar
+    # The parts areal_compat reads are the allocations AReaL's parser builds.
+    for alloc in (
+        "sglang:d4+fsdp:d4",
+        "sglang[r]:d2|fsdp[a]:d2",
+        "sglang[r]:d1+fsdp[a]:d1|fsdp[c]:d1",
+        "vllm:d2+megatron:(attn:d1p2t2|ffn:d1p2e2)",
+    ):
+        parts = [alloc[s:e] for s, e in areal_compat.allocation_spans(alloc)]
+        parsed = areal_compat.parse_allocation(alloc)
+        assert [areal_compat.allocation_backend(p) for p in parts] == [
+            a.backend for a in parsed.allocations
+        ], alloc
+        assert [areal_compat.allocation_name(p) for p in parts] == [
+            f"[{a.name}]" if a.name else "" for a in parsed.allocations
+        ], alloc
+        trains = [
+            p
+            for p in parts
+            if areal_compat.allocation_backend(p) in areal_compat.TRAIN_BACKENDS
+        ]
+        assert len(trains) == len(parsed._get_training_allocations()), alloc
+    assert areal_compat.unnamed_allocation("fsdp[a]:d2") == "fsdp:d2"
+    assert areal_compat.is_bare_allocation("d4p1t1")
+    assert not areal_compat.is_bare_allocation("fsdp:d4")
+
+
 @check(
     "config",
     "TRAIN_ENGINE_KEYS: PPOTrainer builds each training engine from its own "

@@ -16,8 +16,7 @@ from support.harness import (
 )
 from support.recordings import SPMD_D1_STEPS
 
-from areal_debug.backend_agreement import AllocationConflictError, agree_with_allocation
-from areal_debug.launcher.allocation import AllocationError, training_allocation
+from areal_debug.allocation import AllocationError, plan_allocation
 from areal_debug.launcher.common import plan_launch
 from areal_debug.launcher.local import CpuSafeLocalLauncher
 
@@ -35,18 +34,28 @@ from areal_debug.launcher.local import CpuSafeLocalLauncher
     ],
 )
 def test_training_part_of_every_allocation_form(alloc, expected):
-    assert training_allocation(alloc) == (expected, None)
+    plan = replay_plan(alloc)
+    assert (plan.allocation, plan.train) == (expected, expected)
+    assert plan.notes[-1] == (
+        f"Replay: allocation_mode {alloc!r} -> {expected!r}; no inference server "
+        "is started."
+    )
+    assert plan.dropped == (
+        () if alloc == expected else tuple(alloc.replace("|", "+").split("+")[:1])
+    )
+
+
+def replay_plan(alloc, actor_backend=None):
+    """The plan of a replay of ``alloc`` (a config with only the actor)."""
+    cfg = {"allocation_mode": alloc, "actor": {"backend": actor_backend}}
+    return plan_allocation(OmegaConf.create(cfg), [], "replay")
 
 
 def test_legacy_bare_allocation_is_read_as_training_with_a_note():
-    alloc, note = training_allocation("d4p1t1")
-    assert (
-        alloc == "fsdp:d4p1t1" and "read as the training allocation fsdp:d4p1t1" in note
-    )
-    assert (
-        training_allocation("d2p2t1", actor_backend="megatron:d2p2t1")[0]
-        == "megatron:d2p2t1"
-    )
+    plan = replay_plan("d4p1t1")
+    assert plan.allocation == "fsdp:d4p1t1"
+    assert "read as the training allocation fsdp:d4p1t1" in plan.notes[0]
+    assert replay_plan("d2p2t1", "megatron:d2p2t1").allocation == "megatron:d2p2t1"
 
 
 @pytest.mark.parametrize(
@@ -61,7 +70,7 @@ def test_legacy_bare_allocation_is_read_as_training_with_a_note():
 )
 def test_unusable_allocations_say_what_to_do(alloc, message):
     with pytest.raises(AllocationError) as e:
-        training_allocation(alloc)
+        replay_plan(alloc)
     assert message in str(e.value) and "allocation_mode=" in str(e.value)
 
 
@@ -195,6 +204,13 @@ def engines_config(**backends):
     return OmegaConf.create(cfg)
 
 
+def agree_with_allocation(cfg, argv, allocation=None):
+    """The plan of a run (``load_expr_config``'s) of ``cfg`` with ``allocation``."""
+    if allocation is not None:
+        cfg.allocation_mode = allocation
+    return plan_allocation(cfg, argv, "run")
+
+
 def test_a_given_allocation_rewrites_the_yaml_backends_in_one_note():
     cfg = engines_config()
     agreement = agree_with_allocation(
@@ -226,7 +242,7 @@ def test_nothing_to_do_when_backends_and_allocation_agree():
     # The same layout in another spelling agrees; so does no allocation at all.
     for alloc in ("sglang:d1+fsdp:d1", "fsdp:d1p1t1", "sglang:d4"):
         agreement = agree_with_allocation(engines_config(), [], alloc)
-        assert (agreement.backends, agreement.notes) == ({}, []), alloc
+        assert (agreement.backends, agreement.notes) == ({}, ()), alloc
     assert agree_with_allocation(engines_config(), [], "").allocation == ""
     cli = ["actor.backend=fsdp:d2", "allocation_mode=fsdp:d2p1t1"]
     agreement = agree_with_allocation(
@@ -240,7 +256,7 @@ def test_nothing_to_do_when_backends_and_allocation_agree():
 
 def test_a_command_line_backend_against_a_command_line_allocation_is_refused():
     cli = ["actor.backend=fsdp:d2", "allocation_mode=sglang:d1+fsdp:d4"]
-    with pytest.raises(AllocationConflictError) as e:
+    with pytest.raises(AllocationError) as e:
         agree_with_allocation(engines_config(actor="fsdp:d2"), cli, "sglang:d1+fsdp:d4")
     message = str(e.value)
     # What is wrong (both keys), why, what to do.
@@ -252,7 +268,7 @@ def test_a_command_line_backend_against_a_command_line_allocation_is_refused():
     assert "Drop actor.backend=fsdp:d2" in message
     assert message.endswith("allocation_mode=sglang:d1+fsdp:d2.")
     # A section set on the command line sets its backend there too.
-    with pytest.raises(AllocationConflictError, match="critic.backend=fsdp:d4"):
+    with pytest.raises(AllocationError, match="critic.backend=fsdp:d4"):
         agree_with_allocation(
             engines_config(critic="fsdp:d4"),
             ["++critic={backend: fsdp:d4}", "allocation_mode=fsdp:d2"],
@@ -275,7 +291,7 @@ def test_a_command_line_backend_sets_the_yamls_allocation():
     }
     # Two command-line backends that differ: no one layout to give.
     cli = ["actor.backend=fsdp:d2", "ref.backend=fsdp:d4"]
-    with pytest.raises(AllocationConflictError) as e:
+    with pytest.raises(AllocationError) as e:
         agree_with_allocation(engines_config(actor="fsdp:d2", ref="fsdp:d4"), cli)
     assert str(e.value).startswith(
         "actor.backend=fsdp:d2 and ref.backend=fsdp:d4 (both on the command line)"
@@ -290,7 +306,7 @@ def test_a_command_line_backend_sets_the_yamls_allocation():
     ],
 )
 def test_allocations_no_backend_can_follow_are_refused(alloc, message):
-    with pytest.raises(AllocationConflictError, match=message) as e:
+    with pytest.raises(AllocationError, match=message) as e:
         agree_with_allocation(engines_config(), [], alloc)
     assert "++allocation_mode=" in str(e.value)
 
@@ -371,7 +387,7 @@ def test_single_controller_configs_follow_the_allocation(monkeypatch, tmp_path):
         ["--config", config_file, "actor.backend=fsdp:d2"], GRPOConfig
     )
     assert config.allocation_mode == "sglang:d1+fsdp:d2"
-    with pytest.raises(AllocationConflictError, match="Drop actor.backend=fsdp:d2"):
+    with pytest.raises(AllocationError, match="Drop actor.backend=fsdp:d2"):
         load_expr_config(
             [
                 "--config",

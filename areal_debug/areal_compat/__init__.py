@@ -122,6 +122,12 @@ SUBJECTS: dict[str, tuple[str, ...]] = {
     ),
     "config": (
         "compose_config",
+        "TRAIN_BACKENDS",
+        "allocation_spans",
+        "allocation_backend",
+        "allocation_name",
+        "unnamed_allocation",
+        "is_bare_allocation",
         "parse_allocation",
         "allocation_train_world_size",
         "allocation_train_dp_size",

@@ -7,6 +7,7 @@ areal/api/alloc_mode.py, areal/utils/stats_logger.py).
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,50 @@ def compose_config(args: list[str], config_cls):
 
 
 # -- allocation strings ------------------------------------------------------------------
+# AReaL's grammar of an allocation string, areal/api/alloc_mode.py ALLOCATION_GRAMMAR
+# (:594 in 1.0.4 and 2.0.0): parts joined by "+" (disaggregate_chain) and "|"
+# (colocate_expr), a Megatron part's own "|" inside "(attn:...|ffn:...)"; a part is
+# BACKEND["[" NAME "]"]":"dims, or dims alone (train_dims_only, AReaL 0.x style,
+# rejected by 1.0.4's launchers). The training backends (TRAIN_BACKEND, :631 in
+# 1.0.4, :632 in 2.0.0; _AllocationMode._get_training_allocations :488 in both);
+# the other parts serve.
+TRAIN_BACKENDS = ("fsdp", "megatron", "archon")
+_BARE_DIMS = re.compile(r"^(?:[dptce]\d+)+$")  # DIM_TYPE NUMBER, repeated
+
+
+def allocation_spans(alloc: str) -> list[tuple[int, int]]:
+    """(start, end) of each part of ``alloc`` split at top-level ``+`` and ``|``
+    (not those inside a Megatron ``(attn:...|ffn:...)``), empty ones included."""
+    spans, depth, start = [], 0, 0
+    for i, ch in enumerate(alloc + "+"):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0 and ch in "+|":
+            spans.append((start, i))
+            start = i + 1
+    return spans
+
+
+def allocation_backend(part: str) -> str:
+    """``fsdp`` of ``fsdp:d4`` and ``fsdp[actor]:d4`` (a bare ``d4`` gives ``d4``,
+    no backend)."""
+    return re.split(r"[\[:]", part, maxsplit=1)[0].strip()
+
+
+def allocation_name(part: str) -> str:
+    """``[actor]`` of ``fsdp[actor]:d4``, "" of an unnamed part."""
+    return re.match(r"^\s*\w*(\[\w*\])?", part).group(1) or ""
+
+
+def unnamed_allocation(part: str) -> str:
+    """``fsdp:d4`` of ``fsdp[actor]:d4``: a part as a ``*.backend`` spells it."""
+    return re.sub(r"\[\w*\]", "", part, count=1).strip()
+
+
+def is_bare_allocation(alloc: str) -> bool:
+    """Whether ``alloc`` is parallel dimensions alone (``d4p1t1``, AReaL 0.x style)."""
+    return bool(_BARE_DIMS.match(alloc))
+
+
 def parse_allocation(alloc: str):
     """areal/api/alloc_mode.py:383 (1.0.4 and 2.0.0) _AllocationMode.from_str
     (:423; deprecation warnings silenced); raises what AReaL raises on a bad

@@ -138,8 +138,8 @@ def load_command_config(command: list[str]):
     """The config the command would run with (AReaL's GRPOConfig + debug section)."""
     from areal.api.cli_args import GRPOConfig
 
+    from areal_debug.allocation import AllocationError
     from areal_debug.areal_compat import compose_config
-    from areal_debug.backend_agreement import AllocationConflictError
     from areal_debug.config import (
         _parsing_class,
         agree_argv_with_allocation,
@@ -149,7 +149,7 @@ def load_command_config(command: list[str]):
     try:
         # As the run will: every training engine's backend follows allocation_mode.
         argv = agree_argv_with_allocation(config_argv(command))
-    except AllocationConflictError as e:
+    except AllocationError as e:
         raise InspectError(str(e)) from e
     cls = _parsing_class(GRPOConfig)
 
@@ -492,17 +492,10 @@ def _paths(reader: RecordingReader, config, kind: str) -> list[Finding]:
 
 
 def _topology(reader: RecordingReader, config) -> list[Finding]:
-    from areal_debug.launcher.allocation import (
-        allocation_from_backends,
-        training_allocation,
-    )
+    from areal_debug.allocation import plan_allocation
 
     try:
-        alloc = config.allocation_mode or allocation_from_backends(
-            config.rollout.backend, config.actor.backend
-        )
-        train, _ = training_allocation(alloc, config.actor.backend)
-        dp = areal_compat.allocation_train_dp_size(train)
+        dp = plan_allocation(config, [], "replay").train_dp_size
     except Exception:  # noqa: BLE001 - an allocation doctor cannot read is no finding
         return []
     recorded = reader.manifest.layout.training_dp_size

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """What the areal-debug launchers share: reading the config as AReaL's launchers do,
-making the training engines' backends agree with allocation_mode, and planning a
-replay (training allocation only, its own trial for launcher logs)."""
+giving it the allocation ``allocation.plan_allocation`` plans, and planning a
+replay (its cluster fitted to the training part, its own trial for launcher logs)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
 from areal_debug import areal_compat
-from areal_debug.backend_agreement import (
-    AllocationConflictError,
-    agree_with_allocation,
-    hydra_override,
-    override_key,
+from areal_debug.allocation import (
+    SERVER_ADDRS_ENV,
+    AllocationError,
+    AllocationPlan,
+    plan_allocation,
 )
 from areal_debug.config import (
     DebugConfigError,
@@ -29,14 +29,7 @@ from areal_debug.config import (
     replay_trial,
 )
 from areal_debug.determinism import DETERMINISM_ENV
-from areal_debug.launcher.allocation import (
-    AllocationError,
-    allocation_from_backends,
-    training_allocation,
-)
 from areal_debug.logs import get_logger
-
-SERVER_ADDRS_ENV = "AREAL_LLM_SERVER_ADDRS"
 
 logger = get_logger("DebugLauncher")
 
@@ -82,32 +75,21 @@ def plan_launch(argv: list[str], resize_cluster: bool = False) -> LaunchPlan:
         # On CPU the launcher's default of several threads per process oversubscribes
         # the cores; the caller's setting is passed on.
         plan.extra_env["OMP_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"]
-    alloc = requested = str(_select(cfg, "allocation_mode", "") or "").strip()
-    if alloc:
-        alloc = _agree_backends(cfg, plan, alloc)
-    else:
-        alloc = allocation_from_backends(
-            _select(cfg, "rollout.backend"), _select(cfg, "actor.backend")
-        )
-        plan.notes.append(
-            f"allocation_mode is empty (AReaL 1.0 declares backends per engine): "
-            f"using {alloc!r} from rollout.backend and actor.backend."
-        )
-        _set_allocation(cfg, plan, alloc)
+    mode = "replay" if replay else "launch"
+    # With AREAL_LLM_SERVER_ADDRS set, AReaL's launcher would start servers for the
+    # serving part and give the trainer their addresses, overwriting the variable:
+    # the plan drops that part, and the addresses are passed on.
+    servers = "" if replay else os.environ.get(SERVER_ADDRS_ENV, "").strip()
+    allocation = plan_allocation(cfg, plan.argv, mode, running_servers=servers)
+    plan.notes.extend(allocation.notes)
+    allocation.apply(cfg)
+    plan.argv = allocation.argv(plan.argv)
+    if servers:
+        plan.extra_env[SERVER_ADDRS_ENV] = servers
     if not replay:
-        _attach_running_servers(cfg, plan, alloc)
         return plan
-    train, note = training_allocation(alloc, _select(cfg, "actor.backend"))
-    if note:
-        plan.notes.append(note)
-    plan.notes.append(
-        f"Replay: allocation_mode {requested or alloc!r} -> {train!r}; "
-        "no inference server is started."
-    )
-    alloc = train
-    _set_allocation(cfg, plan, alloc)
     if resize_cluster:
-        _fit_cluster_to_training(cfg, alloc, plan)
+        _fit_cluster_to_training(cfg, allocation, plan)
     # The launcher's own log (trainer.log) belongs to the replay trial, like the
     # trainer's logs. Unnamed, the trainers choose it as the launcher does here
     # (config.replay_trial): no report is written before they have all started.
@@ -145,59 +127,15 @@ def _run_replay_once(cfg: DictConfig, plan: LaunchPlan) -> None:
     )
 
 
-def _agree_backends(cfg: DictConfig, plan: LaunchPlan, alloc: str) -> str:
-    """Every training engine's ``*.backend`` set to allocation_mode's training part,
-    for the launcher and the trainer processes (``backend_agreement.agree_with_allocation``:
-    YAML backends rewritten, one note saying so; a command-line conflict refused).
-    Returns the allocation to launch."""
-    try:
-        agreement = agree_with_allocation(cfg, plan.argv, alloc)
-    except AllocationConflictError as e:
-        raise AllocationError(str(e)) from e
-    plan.notes.extend(agreement.notes)
-    for key, value in agreement.backends.items():
-        OmegaConf.update(cfg, key, value, force_add=True)
-        plan.argv.append(hydra_override(key, value))
-    if agreement.allocation != alloc:
-        _set_allocation(cfg, plan, agreement.allocation)
-    return agreement.allocation
-
-
-def _set_allocation(cfg: DictConfig, plan: LaunchPlan, alloc: str) -> None:
-    """The launcher's allocation, and the trainer processes' (they parse argv)."""
-    # AReaL's example YAMLs lack the key, and the composed config is a struct.
-    with open_dict(cfg):
-        cfg.allocation_mode = alloc
-    plan.argv = [a for a in plan.argv if override_key(a) != "allocation_mode"]
-    plan.argv.append(hydra_override("allocation_mode", alloc))
-
-
-def _attach_running_servers(cfg: DictConfig, plan: LaunchPlan, alloc: str) -> None:
-    """With AREAL_LLM_SERVER_ADDRS set, start no server and pass the addresses on.
-
-    AReaL's launcher would start servers for the generation part and give the
-    trainer their addresses, overwriting the variable (empty without servers).
-    """
-    addrs = os.environ.get(SERVER_ADDRS_ENV, "").strip()
-    if not addrs:
-        return
-    train, _ = training_allocation(alloc, _select(cfg, "actor.backend"))
-    if train != alloc:
-        plan.notes.append(
-            f"{SERVER_ADDRS_ENV}={addrs} is set: the trainer uses those running "
-            f"servers; no server is started (allocation {alloc!r} -> {train!r})."
-        )
-        _set_allocation(cfg, plan, train)
-    plan.extra_env[SERVER_ADDRS_ENV] = addrs
-
-
-def _fit_cluster_to_training(cfg: DictConfig, alloc: str, plan: LaunchPlan) -> None:
+def _fit_cluster_to_training(
+    cfg: DictConfig, allocation: AllocationPlan, plan: LaunchPlan
+) -> None:
     """Shrink cluster.n_nodes (and n_gpus_per_node on one node) to the training part.
 
     AReaL's Ray and Slurm launchers give the trainer every node the generation
     servers do not take; with no servers that would be the whole cluster.
     """
-    world = areal_compat.allocation_train_world_size(alloc)
+    alloc, world = allocation.allocation, allocation.train_world_size
     gpn = int(_select(cfg, "cluster.n_gpus_per_node", 1) or 1)
     if world < gpn:
         nodes, gpn = 1, world
