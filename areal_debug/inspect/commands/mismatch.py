@@ -8,7 +8,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from areal_debug.inspect.commands.output import emit, json_flag, logs_to_stderr
+from areal_debug.inspect.commands.output import (
+    emit,
+    json_flag,
+    logs_to_stderr,
+    recording_and_replay,
+)
 from areal_debug.recording.reader import RecordingReader, format_ranges
 
 ABOUT = (
@@ -38,12 +43,7 @@ log-probs, the tokens before it), from those per-token log-probs."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("recording", help="recording directory (holds manifest.json)")
-    p.add_argument(
-        "replay",
-        nargs="?",
-        help="replay_report.json of a replay of it, or the replay's log directory",
-    )
+    recording_and_replay(p)
     p.add_argument(
         "--steps",
         help="only these steps, e.g. 0-9,20,50- (50 to the last; default all)",

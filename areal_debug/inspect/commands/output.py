@@ -16,6 +16,17 @@ def json_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
+def recording_and_replay(p: argparse.ArgumentParser) -> None:
+    """The two positionals of the commands that read a recording and, beside it,
+    a replay of it (``report``, ``mismatch``)."""
+    p.add_argument("recording", help="recording directory (holds manifest.json)")
+    p.add_argument(
+        "replay",
+        nargs="?",
+        help="replay_report.json of a replay of it, or the replay's log directory",
+    )
+
+
 def emit(args: argparse.Namespace, data: Any, renderable: Any = None) -> None:
     """Write a result: JSON with --json, else the rich view."""
     from areal_debug.inspect.common import to_jsonable

@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import argparse
 
-from areal_debug.inspect.commands.output import emit, json_flag, logs_to_stderr
+from areal_debug.inspect.commands.output import (
+    emit,
+    json_flag,
+    logs_to_stderr,
+    recording_and_replay,
+)
 
 ABOUT = (
     "write one self-contained HTML page of a recorded run (and a replay of it) "
@@ -31,12 +36,7 @@ MAX_PER_STEP, MAX_TOKENS = 32, 1024
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("recording", help="recording directory (holds manifest.json)")
-    p.add_argument(
-        "replay",
-        nargs="?",
-        help="replay_report.json of a replay of it, or the replay's log directory",
-    )
+    recording_and_replay(p)
     p.add_argument("-o", "--output", required=True, help="HTML file to write")
     p.add_argument(
         "--steps",
