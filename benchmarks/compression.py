@@ -60,7 +60,7 @@ def stored(batch, root: str, codec: str, level: int) -> tuple[int, bool]:
     w.submit_batch(0, batch)
     w.close()
     reader = RecordingReader(path)
-    nbytes = reader.step_meta(0)["shards"][0]["bytes"]
+    nbytes = reader.step_meta(0).shards[0].entry.bytes
     loaded = reader.load_shard(0, 0)
     same = all(
         a.keys() == b.keys()

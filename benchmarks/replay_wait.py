@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from figures import median_figure  # noqa: E402
 
-from areal_debug.modes.replay_comparison import REPLAY_WAIT  # noqa: E402
+from areal_debug.compare.replay import REPLAY_WAIT  # noqa: E402
 from areal_debug.tooling.demo import load_report  # noqa: E402
 
 

@@ -119,7 +119,7 @@ def read_everything(path: str) -> dict[str, Any]:
             "shards": [reader.load_shard(step, s) for s in range(reader.num_shards)],
             "whole": reader.load_for_head(step, 0, 1),
             "teacher": reader.recorded_teacher_logp(step)
-            if "teacher_logp" in reader.step_meta(step)
+            if reader.step_meta(step).teacher_logp is not None
             else None,
             "rng": reader.recorded_rng(step),
             "stats": reader.recorded_stats(step),

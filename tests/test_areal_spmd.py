@@ -142,9 +142,9 @@ def test_two_heads_record_one_shard_each(spmd_d2):
 
     reader = RecordingReader(spmd_d2.path)
     meta = reader.step_meta(0)
-    assert meta["num_shards"] == 2 and [s["shard"] for s in meta["shards"]] == [0, 1]
+    assert meta.num_shards == 2 and [s.shard for s in meta.shards] == [0, 1]
     # batch_size 8 prompts split over 2 heads' DistributedSampler shards.
-    assert [s["num_trajectories"] for s in meta["shards"]] == [4, 4]
+    assert [s.num_trajectories for s in meta.shards] == [4, 4]
 
 
 def test_an_anomaly_trigger_pins_the_step_in_a_real_run(spmd_d1):

@@ -93,8 +93,8 @@ def test_extract_writes_a_faithful_valid_recording(
     assert main(["verify", str(rec)]) == 0
     assert "0 problem(s)" in capsys.readouterr().out
     # Byte for byte the recorded step: same payload checksum as the source.
-    source = RecordingReader(spmd_d1.path).step_meta(STEP)["shards"][0]["sha256"]
-    assert reader.step_meta(STEP)["shards"][0]["sha256"] == source
+    source = RecordingReader(spmd_d1.path).step_meta(STEP).shards[0].entry.sha256
+    assert reader.step_meta(STEP).shards[0].entry.sha256 == source
     with open(rec / MANIFEST) as f:
         origin = json.load(f)["extracted_from"]
     assert origin["faithful"] is True and origin["checkpoint"] is None
@@ -147,7 +147,7 @@ def test_subset_and_checkpointless_extracts_say_what_they_can_assert(
     result = json.loads(capsys.readouterr().out)
     assert result["faithful"] is False and result["trajectories"] == [0, 5]
     reader = RecordingReader(str(out / "recording"))
-    assert reader.step_meta(3)["num_trajectories"] == 2
+    assert reader.step_meta(3).num_trajectories == 2
     whole = RecordingReader(spmd_d1.path).load_shard(3, 0)
     subset = reader.load_shard(3, 0)
     assert subset[1]["input_ids"].equal(whole[5]["input_ids"])

@@ -255,7 +255,7 @@ def test_keys_areal_debug_does_not_know_are_kept_replayed_and_shown(tmp_path, ca
                 # Bit for bit, the NaN too.
                 assert v.dtype == back[k].dtype and v.shape == back[k].shape, k
                 assert torch.equal(v.view(torch.uint8), back[k].view(torch.uint8)), k
-    assert reader.step_meta(0)["shards"][0]["keys"]["routed_experts"] == "int16"
+    assert reader.step_meta(0).shards[0].keys["routed_experts"] == "int16"
     rc, view = run_json(capsys, "show", str(tmp_path), "--step", "0")
     assert rc == 0
     first, second = view["trajectories"]

@@ -130,7 +130,7 @@ def test_the_writer_process_writes_the_shard_metadata_the_thread_would(
         w.submit_batch(0, batch(8))
         w.close()
         assert w._payloads.process is None or use_process
-        metas[use_process] = RecordingReader(path).step_meta(0)["shards"][0]
+        metas[use_process] = RecordingReader(path).step_meta(0).shards[0].to_json()
         thread_wrote = [n for n in written if n != "step.json"]
         assert thread_wrote == ([] if use_process else [shard_meta_name(0)])
         written.clear()

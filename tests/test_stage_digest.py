@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from areal_debug.compare.report import ReplayReport, TopologyChange
+from areal_debug.compare.stages import compare_stages, describe
 from areal_debug.compare.statistics import StatsComparison
 from areal_debug.recording.format import STAGES_FILE, RecordingError
-from areal_debug.stages.comparison import compare_stages, describe
 from areal_debug.stages.digest import (
     StageLog,
     digest_hex,
@@ -527,7 +527,7 @@ def test_the_walk_interleaves_the_update_mini_batch_by_mini_batch():
 
 
 def first_stage_of(stages):
-    from areal_debug.stages.comparison import first_divergent_stage
+    from areal_debug.compare.stages import first_divergent_stage
 
     stage = first_divergent_stage(stages)
     if stage is None:
@@ -741,7 +741,7 @@ def probed_first_step(engine: FakeActor) -> tuple[dict, dict]:
 
 
 def test_a_model_that_is_not_the_recorded_one_is_named_before_the_step():
-    from areal_debug.stages.comparison import compare_model
+    from areal_debug.compare.stages import compare_model
 
     recorded_model, recorded = probed_first_step(FakeActor())
     # The dump's first step keeps the model's digests, one per parameter.
@@ -774,7 +774,7 @@ def test_a_model_that_is_not_the_recorded_one_is_named_before_the_step():
 
 
 def test_a_replay_from_a_kept_checkpoint_checks_the_weights_after_the_step_before():
-    from areal_debug.stages.comparison import compare_model
+    from areal_debug.compare.stages import compare_model
     from areal_debug.stages.names import MODEL_STAGE
     from areal_debug.stages.probes import StageProbes
 

@@ -101,16 +101,17 @@ def test_step_metadata_describes_the_shard(tmp_path):
     batch = [traj(1, group=2, length=5), traj(2, group=2, length=5)]
     record(str(tmp_path), {4: [batch]}, steps_per_epoch=3)
     meta = RecordingReader(str(tmp_path)).step_meta(4)
-    assert (meta["epoch"], meta["epoch_step"]) == (1, 1)
-    shard = meta["shards"][0]
-    assert shard["num_trajectories"] == 2
-    assert shard["num_sequences"] == 4
-    assert shard["num_tokens"] == 20
-    assert shard["keys"]["input_ids"] == "int32"
-    assert shard["keys"]["attention_mask"] == "bool"
-    assert meta["policy_version"] == [1, 2]
+    assert (meta.epoch, meta.epoch_step) == (1, 1)
+    shard = meta.shards[0]
+    assert shard.num_trajectories == 2
+    assert shard.num_sequences == 4
+    assert shard.num_tokens == 20
+    assert shard.keys["input_ids"] == "int32"
+    assert shard.keys["attention_mask"] == "bool"
+    assert meta.policy_version == (1, 2)
     data = (tmp_path / step_dirname(4) / shard_payload_name(0, "zstd")).read_bytes()
-    assert shard["sha256"] == sha256_bytes(data) and shard["bytes"] == len(data)
+    assert shard.entry.sha256 == sha256_bytes(data)
+    assert shard.entry.bytes == len(data)
 
 
 def test_snapshot_is_not_altered_by_what_the_trainer_does_next(tmp_path):
@@ -145,8 +146,8 @@ def test_step_is_complete_only_when_every_head_wrote(tmp_path):
     w1.submit_batch(0, [traj(2)])
     w1.close()
     meta = RecordingReader(str(tmp_path)).step_meta(0)
-    assert [s["shard"] for s in meta["shards"]] == [0, 1]
-    assert meta["num_trajectories"] == 2
+    assert [s.shard for s in meta.shards] == [0, 1]
+    assert meta.num_trajectories == 2
 
 
 def test_no_temporary_files_are_left(tmp_path):
@@ -526,7 +527,7 @@ def test_teacher_log_probs_complete_the_step_and_load_checked(tmp_path):
     writer.close()
     reader = RecordingReader(path)
     assert reader.available_steps() == [0]
-    assert reader.step_meta(0)["teacher_logp"]["num_trajectories"] == 2
+    assert reader.step_meta(0).teacher_logp.num_trajectories == 2
     got = reader.recorded_teacher_logp(0)
     assert all(torch.equal(a, b) for a, b in zip(got, logps, strict=True))
     teacher = ReplayTeacher(reader, lambda: 0)
@@ -577,12 +578,12 @@ def test_each_codec_round_trips_bitwise(tmp_path, codec):
     w.submit_batch(0, batch)
     w.close()
     reader = RecordingReader(str(tmp_path))
-    entry = reader.step_meta(0)["shards"][0]
-    assert entry["codec"] == codec
-    assert entry["file"] == shard_payload_name(0, codec)
-    on_disk = (tmp_path / step_dirname(0) / entry["file"]).read_bytes()
+    entry = reader.step_meta(0).shards[0].entry
+    assert entry.codec == codec
+    assert entry.file == shard_payload_name(0, codec)
+    on_disk = (tmp_path / step_dirname(0) / entry.file).read_bytes()
     # The checksum and size are those of the bytes on disk.
-    assert entry["sha256"] == sha256_bytes(on_disk) and entry["bytes"] == len(on_disk)
+    assert entry.sha256 == sha256_bytes(on_disk) and entry.bytes == len(on_disk)
     buf = io.BytesIO()
     # The payload: its tensors packed per dtype, saved by the writer process
     # without the zip's CRC32 (the sha256 covers the file).
@@ -591,12 +592,12 @@ def test_each_codec_round_trips_bitwise(tmp_path, codec):
         torch.save(pack(batch), buf)
     finally:
         torch.serialization.set_crc32_options(True)
-    assert entry["raw_bytes"] == len(buf.getvalue())
+    assert entry.raw_bytes == len(buf.getvalue())
     if codec == "zstd":
         # Padding, and 18-bit token ids in int64, compress (0.24 measured on this
         # small, lightly padded batch; benchmarks/compression.py measures the
         # realistic one).
-        assert entry["bytes"] < 0.3 * entry["raw_bytes"]
+        assert entry.bytes < 0.3 * entry.raw_bytes
     else:
         assert on_disk == buf.getvalue()
     assert_batches_equal(batch, reader.load_shard(0, 0))

@@ -60,7 +60,7 @@ class StepComparison:
     status: str
     metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
-    # Stage by stage (stages.comparison.compare_stages), keyed by stage.
+    # Stage by stage (compare.stages.compare_stages), keyed by stage.
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -115,7 +115,7 @@ class ReplayReport:
     # None where they were not compared (a recording without its config).
     config_changes: list[dict[str, Any]] | None = None
     # The weights the replay's first step started from against the recording's
-    # (stages.comparison.compare_model, with actor_path); None: not checked.
+    # (compare.stages.compare_model, with actor_path); None: not checked.
     model: dict[str, Any] | None = None
 
     def headline(self) -> str:

@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 from areal_debug.compare.report import ReplayReport, StepComparison, TopologyChange
-from areal_debug.stages.comparison import describe, first_divergent_stage
+from areal_debug.compare.stages import describe, first_divergent_stage
 from areal_debug.stages.names import Verdict
 
 # Wall-clock timings differ between any two runs; they are not training results.

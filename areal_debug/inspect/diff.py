@@ -115,13 +115,13 @@ def _first_step_difference(
     ra: RecordingReader, rb: RecordingReader, step: int
 ) -> PayloadDifference | None:
     ma, mb = ra.step_meta(step), rb.step_meta(step)
-    if ma["num_shards"] != mb["num_shards"]:
+    if ma.num_shards != mb.num_shards:
         # Different layouts: compare the global batches.
         return _first_batch_difference(
             step, None, ra.load_batch(step), rb.load_batch(step)
         )
-    for shard, (ea, eb) in enumerate(zip(ma["shards"], mb["shards"])):
-        if ea["sha256"] == eb["sha256"]:
+    for shard, (ea, eb) in enumerate(zip(ma.shards, mb.shards)):
+        if ea.entry.sha256 == eb.entry.sha256:
             continue  # same bytes on disk: same batch, nothing to load
         diff = _first_batch_difference(
             step, shard, ra.load_shard(step, shard), rb.load_shard(step, shard)

@@ -38,11 +38,7 @@ from areal_debug.inspect.common import (
 )
 from areal_debug.inspect.show import check_step
 from areal_debug.logs import get_logger
-from areal_debug.recording.atomic import (
-    atomic_write_bytes,
-    atomic_write_json,
-    read_json,
-)
+from areal_debug.recording.atomic import atomic_write_bytes, atomic_write_json
 from areal_debug.recording.checkpoints import KEPT, _TreeCopy, latest_before
 from areal_debug.recording.format import MANIFEST, STEP_META, step_dirname
 from areal_debug.recording.manifest import SINGLE_CONTROLLER, Manifest
@@ -143,7 +139,7 @@ def extract(
             f"{out} exists and is not empty; extract writes a fresh directory. "
             "Choose another -o or remove it."
         )
-    total = reader.step_meta(step)["num_trajectories"]
+    total = reader.step_meta(step).num_trajectories
     if trajectories is not None:
         bad = [t for t in trajectories if t >= total]
         if bad:
@@ -329,7 +325,7 @@ def _write_manifest(reader, rec, step, plan, trajectories, single) -> None:
 
 def _copy_step(reader: RecordingReader, rec: str, step: int) -> None:
     """The step's files byte for byte (checksums checked first); step.json last."""
-    for shard in range(reader.step_meta(step)["num_shards"]):
+    for shard in range(reader.step_meta(step).num_shards):
         reader.load_shard(step, shard)  # verifies checksum and safe loading
     reader.recorded_rng(step)
     if reader.manifest.recorded_teacher_logp:
@@ -371,7 +367,7 @@ def _write_with_writer(
 
 
 def _codec(reader, step) -> str:
-    return reader.step_meta(step)["shards"][0].get("codec", "none")
+    return reader.step_meta(step).shards[0].entry.codec
 
 
 def _write_renumbered(reader: RecordingReader, rec: str, step: int, target: int):
@@ -595,18 +591,12 @@ def _utf8(text: str, where: str, notes: list[str]) -> str:
 
 def _payload_hashes(rec: str) -> dict[str, str]:
     """{'step-N/file': sha256} of every payload in the extracted recording."""
-    out = {}
-    for name in sorted(os.listdir(rec)):
-        meta = os.path.join(rec, name, STEP_META)
-        if not os.path.exists(meta):
-            continue
-        data = read_json(meta, "step metadata")
-        entries = list(data["shards"]) + (
-            [data["teacher_logp"]] if data.get("teacher_logp") else []
-        )
-        for e in entries:
-            out[f"{name}/{e['file']}"] = e["sha256"]
-    return out
+    reader = RecordingReader(rec)
+    return {
+        f"{step_dirname(step)}/{entry.file}": entry.sha256
+        for step in reader.available_steps()
+        for entry in reader.step_meta(step).payloads
+    }
 
 
 def _write_reproducer(

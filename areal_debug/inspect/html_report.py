@@ -240,7 +240,7 @@ def _stage_report(report: ReplayReport, stage, first) -> dict[str, Any] | None:
         return None
     step = stage["step"] if stage else first["global_step"]
     entry = next(e for e in report.steps if e.global_step == step)
-    from areal_debug.stages.comparison import describe
+    from areal_debug.compare.stages import describe
 
     return {
         "step": entry.global_step,

@@ -95,11 +95,11 @@ def step_detail(
             total += 1
     return {
         "step": step,
-        "epoch": meta.get("epoch"),
+        "epoch": meta.epoch,
         "num_trajectories": total,
         "num_groups": len(batch),
-        "num_tokens": meta.get("num_tokens"),
-        "policy_version": meta.get("policy_version"),
+        "num_tokens": meta.num_tokens,
+        "policy_version": meta.policy_version,
         "left_out": total - len(rows),
         "rows": rows,
         "groups": groups,

@@ -67,7 +67,7 @@ class StepView:
     num_shards: int
     num_trajectories: int
     num_tokens: int
-    policy_version: list[int] | None
+    policy_version: tuple[int, int] | None
     tokenizer: str | None
     stats: dict[str, float] | None
     trajectories: list[TrajectoryView]
@@ -101,7 +101,7 @@ def load_tokenizer(path: str | None):
 
 def _select(reader: RecordingReader, step: int, shard: int | None):
     """(shard, index in shard, trajectory) of the step, optionally one shard only."""
-    shards = range(reader.step_meta(step)["num_shards"])
+    shards = range(reader.step_meta(step).num_shards)
     if shard is not None:
         if shard not in shards:
             raise InspectError(
@@ -157,10 +157,10 @@ def view_step(
     return StepView(
         recording=os.path.abspath(path),
         step=step,
-        num_shards=meta["num_shards"],
-        num_trajectories=meta["num_trajectories"],
-        num_tokens=meta["num_tokens"],
-        policy_version=meta.get("policy_version"),
+        num_shards=meta.num_shards,
+        num_trajectories=meta.num_trajectories,
+        num_tokens=meta.num_tokens,
+        policy_version=meta.policy_version,
         tokenizer=tok_path if decode else None,
         stats=reader.recorded_stats(step),
         trajectories=views,

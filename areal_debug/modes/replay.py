@@ -23,17 +23,17 @@ from areal_debug.compare.config_changes import (
     story_start,
     training_changes,
 )
+from areal_debug.compare.replay import (
+    ReplayComparison,
+    determinism_changes,
+    topology_change,
+)
 from areal_debug.compare.report import REPORT_NAME
 from areal_debug.config import earlier_replays_note, replaced_report_note
 from areal_debug.logs import get_logger
 from areal_debug.modes import replay_setup
 from areal_debug.modes.base import ActiveMode
 from areal_debug.modes.engines import ReplayEngine, ReplayTeacher
-from areal_debug.modes.replay_comparison import (
-    ReplayComparison,
-    determinism_changes,
-    topology_change,
-)
 from areal_debug.modes.replay_loader import ReplayDataLoader
 from areal_debug.modes.replay_reference import RecordedReference
 from areal_debug.modes.replay_setup import (

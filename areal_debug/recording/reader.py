@@ -33,10 +33,11 @@ from areal_debug.recording.format import (
 from areal_debug.recording.lock import writer_of
 from areal_debug.recording.manifest import Manifest
 from areal_debug.recording.schema import (
+    PayloadEntry,
+    StepMeta,
     check_batch,
     check_rng,
     check_stats,
-    check_step_meta,
     inside,
     invalid,
     member,
@@ -141,7 +142,7 @@ class RecordingReader:
             ) from e
         self.num_shards = self.manifest.layout.num_shards
         self.steps_per_epoch = self.manifest.layout.steps_per_epoch
-        self._step_meta: dict[int, dict[str, Any]] = {}
+        self._step_meta: dict[int, StepMeta] = {}
 
     # -- which steps exist -------------------------------------------------------
     def available_steps(self) -> list[int]:
@@ -221,13 +222,13 @@ class RecordingReader:
             self.path, os.path.join(self.path, step_dirname(step)), name, where
         )
 
-    def step_meta(self, step: int) -> dict[str, Any]:
-        """The step's validated step.json (see recording_schema.check_step_meta)."""
+    def step_meta(self, step: int) -> StepMeta:
+        """The step's step.json, checked (``schema.StepMeta.from_json``)."""
         if step not in self._step_meta:
             p = self._file(step, STEP_META)
             if not os.path.exists(p):
                 self.require_steps([step])
-            self._step_meta[step] = check_step_meta(
+            self._step_meta[step] = StepMeta.from_json(
                 _read_json(p, "step metadata"), p, step, self.num_shards
             )
         return self._step_meta[step]
@@ -314,7 +315,7 @@ class RecordingReader:
         """The teacher's log-probs of the step's batch, one tensor per trajectory."""
         import torch
 
-        entry = self.step_meta(step).get("teacher_logp")
+        entry = self.step_meta(step).teacher_logp
         if entry is None:
             raise RecordingError(
                 f"Step {step} of the recording at {self.path} holds no teacher "
@@ -347,7 +348,7 @@ class RecordingReader:
             *(lambda s=s: self.load_shard(step, s) for s in range(self.num_shards)),
             *(
                 [lambda: self.recorded_teacher_logp(step)]
-                if "teacher_logp" in meta
+                if meta.teacher_logp is not None
                 else []
             ),
             lambda: self.recorded_stats(step),
@@ -366,7 +367,7 @@ class RecordingReader:
 
     # -- payloads ----------------------------------------------------------------
     def load_shard(self, step: int, shard: int) -> list[dict[str, Any]]:
-        entry = self.step_meta(step)["shards"][shard]
+        entry = self.step_meta(step).shards[shard].entry
         batch, path = self._load_entry(
             step,
             entry,
@@ -375,24 +376,19 @@ class RecordingReader:
         )
         return check_batch(batch, path)
 
-    def _load_entry(
-        self, step: int, entry: dict[str, Any], fix: str
-    ) -> tuple[Any, str]:
+    def _load_entry(self, step: int, entry: PayloadEntry, fix: str) -> tuple[Any, str]:
         """A payload named by step metadata (checksum, decode, weights_only
         load), and its path."""
-        path = self._file(step, entry["file"], f"step {step}'s {STEP_META}")
-        data = _read_checked(path, entry["sha256"], fix)
-        # v1 metadata has no codec: its payloads are plain torch.save files.
-        raw = decode_payload(
-            data, entry.get("codec", Codec.NONE.value), entry.get("raw_bytes"), path
-        )
+        path = self._file(step, entry.file, f"step {step}'s {STEP_META}")
+        data = _read_checked(path, entry.sha256, fix)
+        raw = decode_payload(data, entry.codec, entry.raw_bytes, path)
         return load_payload_bytes(raw, path), path
 
     def load_batch(self, step: int) -> list[dict[str, Any]]:
         """The step's global batch: its shards' trajectories in head order."""
         return [
             traj
-            for shard in range(self.step_meta(step)["num_shards"])
+            for shard in range(self.step_meta(step).num_shards)
             for traj in self.load_shard(step, shard)
         ]
 

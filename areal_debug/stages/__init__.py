@@ -1,3 +1,3 @@
 # SPDX-License-Identifier: Apache-2.0
 """Stage digests of a PPO step: digest, probes on the engines, the record a rank
-hands over, comparison, recorded reference log-probs; names and tensor keys."""
+hands over, recorded reference log-probs; names and tensor keys."""

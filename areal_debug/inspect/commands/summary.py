@@ -72,11 +72,11 @@ def _print_header(reader: RecordingReader, steps: list[int]) -> None:
 def _step_row(reader: RecordingReader, step: int) -> str:
     """One line of the step table, from the step's ``step.json``."""
     meta = reader.step_meta(step)
-    size = sum(s["bytes"] for s in meta["shards"]) / 2**20
-    v = meta.get("policy_version")
+    size = sum(s.entry.bytes for s in meta.shards) / 2**20
+    v = meta.policy_version
     versions = f"{v[0]}-{v[1]}" if v else "-"
     has_stats = os.path.exists(os.path.join(reader.path, step_dirname(step), STATS))
     return (
-        f"{step:>6} {meta['epoch']:>5} {meta['num_trajectories']:>6} {meta['num_tokens']:>9} "
+        f"{step:>6} {meta.epoch:>5} {meta.num_trajectories:>6} {meta.num_tokens:>9} "
         f"{versions:>9} {size:>8.2f}  {'yes' if has_stats else 'no'}"
     )

@@ -51,13 +51,12 @@ def _check_payloads():
     found = {}
     for step in reader.available_steps():
         meta = reader.step_meta(step)
-        for shard, entry in enumerate(meta["shards"]):
+        for shard in range(meta.num_shards):
             reader.load_shard(step, shard)  # raises on a checksum mismatch
-            found[f"step-{step:06d}/{entry['file']}"] = entry["sha256"]
-        if meta.get("teacher_logp"):
+        if meta.teacher_logp is not None:
             reader.recorded_teacher_logp(step)
-            entry = meta["teacher_logp"]
-            found[f"step-{step:06d}/{entry['file']}"] = entry["sha256"]
+        for entry in meta.payloads:
+            found[f"step-{step:06d}/{entry.file}"] = entry.sha256
     changed = {k: v for k, v in found.items() if expected.get(k) != v}
     assert not changed and set(found) == set(expected), (
         f"the payloads are not the ones extracted (changed: {sorted(changed)}); "

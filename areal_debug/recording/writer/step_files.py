@@ -13,7 +13,6 @@ from areal_debug.recording import retention
 from areal_debug.recording.atomic import atomic_write_json, read_json
 from areal_debug.recording.format import (
     ANOMALY,
-    FORMAT_VERSION,
     KEPT,
     RNG,
     STAGES_FILE,
@@ -30,6 +29,7 @@ from areal_debug.recording.format import (
     step_dirname,
     teacher_payload_name,
 )
+from areal_debug.recording.schema import PayloadEntry, ShardMeta, StepMeta
 from areal_debug.recording.writer.jobs import (
     BatchJob,
     Job,
@@ -54,10 +54,6 @@ from areal_debug.recording.writer.snapshot import (
 # Steps whose own shard metadata a head keeps in memory (older ones are read
 # back from disk: a step whose teacher log-probs come that late).
 OWN_METAS_KEPT = 4
-
-
-def epoch_of(global_step: int, steps_per_epoch: int) -> tuple[int, int]:
-    return global_step // steps_per_epoch, global_step % steps_per_epoch
 
 
 class StepFiles:
@@ -90,7 +86,7 @@ class StepFiles:
         # This head's shard metadata of its latest steps, as written: step.json
         # needs it, and reading back what was just written costs a dozen system
         # calls (each one a GIL hand-over with a busy training thread).
-        self._own_metas: dict[int, dict[str, Any]] = {}
+        self._own_metas: dict[int, ShardMeta] = {}
         self._handlers: dict[type[Job], Callable[[Any], None]] = {
             BatchJob: self._write_batch,
             TeacherLogpJob: self._write_teacher_logp,
@@ -140,7 +136,7 @@ class StepFiles:
         step_dir = self.step_dir(step)
         path = os.path.join(step_dir, shard_payload_name(self.shard, self.codec))
         meta_file = MetaFile(
-            os.path.join(step_dir, shard_meta_name(self.shard)), {"shard": self.shard}
+            os.path.join(step_dir, shard_meta_name(self.shard)), self.shard
         )
         # Written with the payload (by the writer process, sparing this thread
         # a dozen system calls), unless the copy is still to be confirmed while
@@ -159,16 +155,16 @@ class StepFiles:
                     os.unlink(meta_file.path)
                 os.unlink(path)
                 raise
-        meta = meta_file.body(stored, described)
+        meta = ShardMeta.written(self.shard, stored, described)
         if not early:
-            atomic_write_json(meta_file.path, meta)
+            atomic_write_json(meta_file.path, meta.to_json())
         self._own_metas[step] = meta
         while len(self._own_metas) > OWN_METAS_KEPT:
             del self._own_metas[min(self._own_metas)]
         logger.info(
             f"Recorded step {step} shard {self.shard + 1}/{self.num_shards}: "
-            f"{meta['num_trajectories']} trajectories, {meta['num_tokens']} tokens, "
-            f"{stored['bytes'] / 2**20:.2f} MiB on disk "
+            f"{meta.num_trajectories} trajectories, {meta.num_tokens} tokens, "
+            f"{meta.entry.bytes / 2**20:.2f} MiB on disk "
             f"({stored['raw_bytes'] / 2**20:.2f} MiB uncompressed)"
         )
         self._maybe_finish_step(step)
@@ -180,8 +176,8 @@ class StepFiles:
         step_dir = self.step_dir(job.step)
         path = os.path.join(step_dir, teacher_payload_name(self.codec))
         stored, _ = self.payloads.store(path, logps)
-        meta = {**stored, "num_trajectories": len(logps)}
-        atomic_write_json(os.path.join(step_dir, TEACHER_LOGP_META), meta)
+        meta = PayloadEntry.stored(stored, len(logps))
+        atomic_write_json(os.path.join(step_dir, TEACHER_LOGP_META), meta.to_json())
         self._maybe_finish_step(job.step)
 
     def _maybe_finish_step(self, step: int) -> None:
@@ -200,31 +196,17 @@ class StepFiles:
             p = os.path.join(step_dir, shard_meta_name(shard))
             if not os.path.exists(p):
                 return
-            metas.append(read_json(p, "shard metadata"))
+            what = "shard metadata"
+            metas.append(ShardMeta.from_json(read_json(p, what), p, what=what))
         teacher = None
         if self.records_teacher:
             p = os.path.join(step_dir, TEACHER_LOGP_META)
             if not os.path.exists(p):
                 return
-            teacher = read_json(p, "teacher log-prob metadata")
-        epoch, epoch_step = epoch_of(step, self.steps_per_epoch)
-        versions = [m["policy_version"] for m in metas if m["policy_version"]]
-        step_meta = {
-            "format_version": FORMAT_VERSION,
-            "global_step": step,
-            "epoch": epoch,
-            "epoch_step": epoch_step,
-            "num_shards": self.num_shards,
-            "num_trajectories": sum(m["num_trajectories"] for m in metas),
-            "num_tokens": sum(m["num_tokens"] for m in metas),
-            "policy_version": [min(v[0] for v in versions), max(v[1] for v in versions)]
-            if versions
-            else None,
-            "shards": metas,
-        }
-        if teacher is not None:
-            step_meta["teacher_logp"] = teacher
-        atomic_write_json(os.path.join(step_dir, STEP_META), step_meta)
+            what = "teacher log-prob metadata"
+            teacher = PayloadEntry.from_json(read_json(p, what), p, what=what)
+        step_meta = StepMeta.of_shards(step, self.steps_per_epoch, metas, teacher)
+        atomic_write_json(os.path.join(step_dir, STEP_META), step_meta.to_json())
 
     def _write_rng(self, job: RngJob) -> None:
         payload = {"world_size": len(job.states), "ranks": job.states}

@@ -17,6 +17,7 @@ from typing import Any
 
 from areal_debug.recording.format import RecordingError
 from areal_debug.recording.packed_payload import PackPlan
+from areal_debug.recording.schema import ShardMeta
 
 # A tensor's place in shared memory: (dtype name, offset, shape).
 Placed = tuple[str, int, list[int]]
@@ -24,21 +25,27 @@ Placed = tuple[str, int, list[int]]
 
 @dataclass(frozen=True, slots=True)
 class MetaFile:
-    """A payload's metadata file, written (atomically, as JSON) once the payload
-    is stored: ``fields``, the stored file's metadata, its description if asked.
+    """A shard's metadata file (``shard-NNNNN.json`` of head ``shard``), written
+    (atomically, as JSON) once its payload is stored and described.
 
     Written where the payload is stored: by the writer process, the writer
     thread is spared the dozen system calls it takes, each of them a GIL
-    hand-over with a busy training thread.
+    hand-over with a busy training thread. Only the shard's index travels in
+    the request; the file's content is ``ShardMeta.to_json``, as everywhere.
     """
 
     path: str
-    fields: dict[str, Any]
+    shard: int
 
     def body(
         self, stored: dict[str, Any], described: dict[str, Any] | None
     ) -> dict[str, Any]:
-        return {**self.fields, **stored, **(described or {})}
+        if described is None:
+            raise ValueError(
+                f"{self.path} needs the shard's description: store its payload "
+                "with describe=True when a metadata file is to be written."
+            )
+        return ShardMeta.written(self.shard, stored, described).to_json()
 
 
 @dataclass(frozen=True, slots=True)

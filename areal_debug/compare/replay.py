@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from areal_debug.compare.report import TopologyChange
+from areal_debug.compare.stages import compare_model, compare_stages
 from areal_debug.compare.statistics import StatsComparison, timing_stats, training_stats
 from areal_debug.determinism import current_settings, differences
 from areal_debug.logs import get_logger
@@ -14,7 +15,6 @@ from areal_debug.recording.atomic import atomic_write_json
 from areal_debug.recording.format import RecordingError
 from areal_debug.recording.manifest import Layout
 from areal_debug.recording.reader import RecordingReader
-from areal_debug.stages.comparison import compare_model, compare_stages
 from areal_debug.stages.names import Verdict
 
 # The replay report's per-step timing of what the loop waited for recorded data.
