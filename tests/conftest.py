@@ -31,11 +31,13 @@ from support.recordings import (  # noqa: E402, F401
 # `scheduler(seed=N)`: AReaL picks its workers' ports with the `random` module its
 # seeding has seeded with the config's seed, so two such runs with the same seed at
 # once pick the same ports (EADDRINUSE). One group per seed keeps those apart while
-# the AReaL scripts (seed SCRIPTS_SEED) and the shipped example (seed 1) run side by
-# side. SPMD runs get ports from the OS.
-from support.scripts import (
-    SCRIPTS_SEED,  # noqa: E402
-    gsm8k_workdir,  # noqa: E402, F401
+# the AReaL scripts (seed SCRIPTS_SEED), the agent workflows (AGENT_SEED) and the
+# shipped example (seed 1) run side by side. SPMD runs get ports from the OS.
+from support.scripts import (  # noqa: E402
+    AGENT_SEED,
+    SCRIPTS_SEED,
+    agent_workdir,  # noqa: F401
+    gsm8k_workdir,  # noqa: F401
 )
 from support.workdirs import tiny_assets, workdir  # noqa: E402, F401
 
@@ -88,20 +90,26 @@ FIXTURE_GROUPS = {
     "cpu_server": "scheduler-seed1",
     "sc_d2": "scheduler-seed1",
     "gsm8k_workdir": f"scheduler-seed{SCRIPTS_SEED}",
-    "spmd_d1": "spmd-recordings",
-    "spmd_d2": "spmd-recordings",
-    "spmd_d1_replay": "spmd-recordings",
+    "agent_workdir": f"scheduler-seed{AGENT_SEED}",
+    # Each SPMD recording has a group of its own: the tests replaying spmd_d1
+    # alone are the suite's longest chain, and spmd_d2's need not wait behind it.
+    "spmd_d1": "spmd-d1",
+    "spmd_d2": "spmd-d2",
+    "spmd_d1_replay": "spmd-d1",
 }
 
 
 # The seeds whose scheduler runs have a group (and so a worker) of their own.
-SCHEDULER_SEEDS = {1, SCRIPTS_SEED}
+SCHEDULER_SEEDS = {1, SCRIPTS_SEED, AGENT_SEED}
 
 
 def xdist_group_of(item) -> str:
     groups = {FIXTURE_GROUPS[f] for f in item.fixturenames if f in FIXTURE_GROUPS}
-    if item.get_closest_marker("spmd_recordings") is not None:
-        groups.add("spmd-recordings")
+    if item.get_closest_marker("spmd_recordings") is not None and not groups:
+        raise pytest.UsageError(
+            f"{item.nodeid} is marked spmd_recordings but uses none of "
+            f"{sorted(f for f in FIXTURE_GROUPS if f.startswith('spmd'))}"
+        )
     if len(groups) > 1:
         raise pytest.UsageError(
             f"{item.nodeid} needs the session fixtures of xdist groups "

@@ -24,9 +24,9 @@ from support.harness import (
 )
 from support.online_client import OnlineClient
 from support.scripts import (
+    AGENT_SEED,
     DUMP,
     REPLAY,
-    SCRIPTS_SEED,
     env_for,
     processes_of,
     run_script,
@@ -34,7 +34,7 @@ from support.scripts import (
 
 from areal_debug.recording.reader import RecordingReader
 
-pytestmark = [pytest.mark.areal, pytest.mark.scheduler(seed=SCRIPTS_SEED)]
+pytestmark = [pytest.mark.areal, pytest.mark.scheduler(seed=AGENT_SEED)]
 
 STEPS = 2
 # The proxy listens on the host's address; AReaL refuses its default key there.
@@ -79,11 +79,11 @@ _DUMPS: dict[str, tuple | BaseException] = {}
 
 
 @pytest.fixture
-def agent_dump(gsm8k_workdir, agent_run):
+def agent_dump(agent_workdir, agent_run):
     key = agent_run.experiment
     if key not in _DUMPS:
         try:
-            _DUMPS[key] = _dump(gsm8k_workdir, agent_run)
+            _DUMPS[key] = _dump(agent_workdir, agent_run)
         except BaseException as e:
             _DUMPS[key] = e  # a failed dump is not run again for the next test
             raise
@@ -93,30 +93,36 @@ def agent_dump(gsm8k_workdir, agent_run):
     return outcome
 
 
-def _dump(gsm8k_workdir, agent_run):
+def _dump(agent_workdir, agent_run):
     from areal_debug.testing import end_process, start_server
 
     server = client = None
     name = f"dump-{agent_run.experiment}"
     try:
-        server, addr = start_server(gsm8k_workdir, env_for(gsm8k_workdir))
+        server, addr = start_server(agent_workdir, env_for(agent_workdir))
         if agent_run.online:
-            client = OnlineClient(gsm8k_workdir / f"{name}.log", ADMIN_KEY)
+            client = OnlineClient(agent_workdir / f"{name}.log", ADMIN_KEY)
             client.start()
         rc, log = run_script(
-            gsm8k_workdir, agent_run.script, agent_run.config, name, DUMP, addr
+            agent_workdir,
+            agent_run.script,
+            agent_run.config,
+            name,
+            DUMP,
+            addr,
+            seed=AGENT_SEED,
         )
     finally:
         if client is not None:
             client.close()
         if server is not None:
             end_process(server)
-    assert processes_of(gsm8k_workdir) == []
+    assert processes_of(agent_workdir) == []
     assert rc == 0, log[-4000:]
     return log, client
 
 
-def test_dump_records_what_the_proxy_exported(gsm8k_workdir, agent_run, agent_dump):
+def test_dump_records_what_the_proxy_exported(agent_workdir, agent_run, agent_dump):
     log, client = agent_dump
     # AReaL's proxy ran: the trajectories came through it.
     assert "Initializing proxy workers for AgentWorkflow support" in log
@@ -126,7 +132,7 @@ def test_dump_records_what_the_proxy_exported(gsm8k_workdir, agent_run, agent_du
         # Every trajectory of both steps is a session the client finished.
         assert client.finished >= STEPS * agent_run.trajectories
     reader = RecordingReader(
-        recording_dir(str(gsm8k_workdir), agent_run.experiment, "trial0")
+        recording_dir(str(agent_workdir), agent_run.experiment, "trial0")
     )
     assert reader.available_steps() == list(range(STEPS))
     assert reader.manifest.config["rollout"]["agent"]["mode"] == (
@@ -143,13 +149,14 @@ def test_dump_records_what_the_proxy_exported(gsm8k_workdir, agent_run, agent_du
             assert traj["loss_mask"].sum() > 0
 
 
-def test_replay_needs_no_proxy_gateway_or_server(gsm8k_workdir, agent_run, agent_dump):
+def test_replay_needs_no_proxy_gateway_or_server(agent_workdir, agent_run, agent_dump):
     rc, log = run_script(
-        gsm8k_workdir,
+        agent_workdir,
         agent_run.script,
         agent_run.config,
         f"replay-{agent_run.experiment}",
         REPLAY,
+        seed=AGENT_SEED,
     )
     assert rc == 0, log[-4000:]
     assert "Creating 1 workers for role 'actor'" in log
@@ -161,7 +168,7 @@ def test_replay_needs_no_proxy_gateway_or_server(gsm8k_workdir, agent_run, agent
     assert_only_in_dump(dump_log, log, started)
     if agent_run.online:
         assert "online mode (rollout.agent.mode=online): the recording stands in" in log
-    report = replay_report(str(gsm8k_workdir), agent_run.experiment, "trial0_replay")
+    report = replay_report(str(agent_workdir), agent_run.experiment, "trial0_replay")
     assert_identical(report)
     assert report["summary"]["steps"] == STEPS
     for entry in report["steps"]:

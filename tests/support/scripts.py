@@ -57,10 +57,23 @@ def gsm8k_workdir(tmp_path_factory, tiny_assets) -> Path:
     return make_workdir(tmp_path_factory.mktemp("gsm8k"), tiny_assets, data="gsm8k")
 
 
+@pytest.fixture(scope="session")
+def agent_workdir(tmp_path_factory, tiny_assets) -> Path:
+    """The agent workflows' own: their runs go on beside the example scripts'
+    (another xdist group), so neither may see the other's processes."""
+    from support.workdirs import make_workdir
+
+    return make_workdir(tmp_path_factory.mktemp("agent"), tiny_assets, data="gsm8k")
+
+
 # The seed every script run is given: apart from the shipped example's (1), so
 # that script runs and example runs may start AReaL's scheduler at the same time
 # (tests/conftest.py groups the tests by it).
 SCRIPTS_SEED = 2
+# The agent workflows' runs have a seed of their own, so a group (and a worker) of
+# their own: they take as long as the example scripts', and behind them on one
+# worker the two were the suite's longest chain.
+AGENT_SEED = 4
 
 # The flags a script's dump and replay runs add, deterministic as the tests compare bits.
 DUMP = ["debug.dump_rollout_data=true", "debug.deterministic=true"]
@@ -117,15 +130,17 @@ def run_script(
     overrides: list[str],
     server: str | None = None,
     teacher: str | None = None,
+    seed: int = SCRIPTS_SEED,
 ) -> tuple[int, str]:
-    """Run ``tests/scripts/<script>`` with ``--config tests/scripts/<config>``;
-    the run's own processes must all be gone when it returns."""
+    """Run ``tests/scripts/<script>`` with ``--config tests/scripts/<config>``
+    and AReaL's ``seed`` (the test's ``scheduler`` mark's); the run's own
+    processes must all be gone when it returns."""
     cmd = [
         sys.executable,
         script_path(script),
         "--config",
         script_path(config),
-        f"seed={SCRIPTS_SEED}",
+        f"seed={seed}",
     ]
     rc, log = run_logged(
         [*cmd, *overrides], str(workdir), name, env_for(workdir, server, teacher), 900
