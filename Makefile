@@ -10,6 +10,8 @@
 #                dump/replay, that release's own example scripts
 #   make demo    set up if needed, then record and replay a real GRPO run on CPU
 #   make lint    ruff over the package, tests and benchmarks; the import layers
+#   make bench   every benchmark figure (docs/flight-recorder.md); make bench-gpu the
+#                recorder at a real model's shape on a GPU (a small shape on CPU)
 #   make reliability  the lifecycle tests, then the whole reliability suite (crashes,
 #                hostile files, ...) and its table
 PYTHON ?= python3
@@ -23,7 +25,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.setup-done-areal-$(AREAL)
 
-.PHONY: setup test test-lifecycle test-leg demo lint bench reliability clean
+.PHONY: setup test test-lifecycle test-leg demo lint bench bench-gpu reliability clean
 
 setup: $(STAMP)
 
@@ -76,6 +78,11 @@ bench: setup
 	OMP_NUM_THREADS=1 $(PY) benchmarks/fetch_overhead.py
 	OMP_NUM_THREADS=1 $(PY) benchmarks/html_report.py
 	d=$$(mktemp -d) && OMP_NUM_THREADS=1 $(PY) benchmarks/replay_wait.py --workdir $$d && OMP_NUM_THREADS=1 $(PY) benchmarks/stage_digest_cost.py --workdir $$d --reuse; s=$$?; rm -rf $$d; exit $$s
+
+# The recorder at a real model's shape (Qwen2.5-1.5B, 512 x 2048 tokens) on a GPU;
+# a small shape on CPU. Needs only PyTorch and transformers where it runs.
+bench-gpu: setup
+	$(PY) benchmarks/gpu_step.py
 
 reliability: test-lifecycle
 	OMP_NUM_THREADS=1 $(PY) -m reliability.run
