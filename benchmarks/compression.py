@@ -73,27 +73,35 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def special_values_batch() -> list[dict[str, torch.Tensor]]:
     """Two trajectories whose floats compare wrongly as numbers: NaNs (the
-    default one and one with another payload), +-inf, -0.0, the smallest
-    subnormal and the largest finite float32, as float32, bf16 and fp16."""
+    default one and one with another payload, in each dtype), +-inf, -0.0, the
+    smallest subnormal and the largest finite float32, as float32, bf16 and
+    fp16."""
     values = torch.tensor(
         [float("nan"), float("inf"), float("-inf"), -0.0, 0.0, 1e-45, -3.4e38, -0.5]
     )
-    other_nan = torch.tensor([0x7FC00001], dtype=torch.int32).view(torch.float32)
-    f32 = torch.cat([values, other_nan, -values])[None]
-    n = f32.shape[1]
+    n = 2 * len(values) + 1
+    payload_nan = len(values)  # where each dtype gets a NaN of another payload
+    nans = {torch.float32: 0x7FC00001, torch.bfloat16: 0x7FC1, torch.float16: 0x7E01}
+
+    def specials(dtype: torch.dtype) -> torch.Tensor:
+        t = torch.cat([values, torch.zeros(1), -values]).to(dtype)
+        bits = _BITS[t.element_size()]
+        t.view(bits)[payload_nan] = nans[dtype]
+        return t[None]
+
     ids = torch.arange(n, dtype=torch.int32)[None]
     out = []
-    for logp in (f32, f32.to(torch.bfloat16)):
+    for logp_dtype in (torch.float32, torch.bfloat16):
         out.append(
             {
                 "input_ids": ids,
                 "attention_mask": torch.ones(1, n, dtype=torch.bool),
                 "loss_mask": torch.ones(1, n, dtype=torch.int32),
-                "logprobs": logp,
+                "logprobs": specials(logp_dtype),
                 "versions": torch.zeros(1, n, dtype=torch.int32),
                 "rewards": torch.tensor([float("nan")]),
-                "values_fp16": f32.to(torch.float16),
-                "values_bf16": f32.to(torch.bfloat16),
+                "values_fp16": specials(torch.float16),
+                "values_bf16": specials(torch.bfloat16),
             }
         )
     return out

@@ -7,8 +7,8 @@ replay report. Each step's ``replay/wait_for_data`` is the time the loop waited 
 the recording after prefetching (the next step is read while the current one
 trains); the step time is the sum of the step's ``timeperf/*`` entries. The
 figure is the whole wait over the whole step time, every step counted: the first
-one, which nothing prefetched and which reads its data while the loop waits, too
-(a median of per-step ratios left it out).
+one too, whose read starts only as the replay starts (before_train), with no
+training step before it to hide behind (a median of per-step ratios left it out).
 
     .venv/bin/python benchmarks/replay_wait.py [--steps 4] [--workdir DIR]
 """
