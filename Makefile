@@ -70,14 +70,24 @@ lint: setup
 	$(PY) -m ruff format --check areal_debug tests benchmarks examples reliability
 	$(VENV)/bin/lint-imports
 
+# Every script runs, whatever the one before printed, so that one MISS hides no
+# other figure; the target fails at the end if any script printed a MISS or a
+# SKIP or failed (each exits non-zero then: benchmarks/figures.py). The demo
+# that replay_wait.py runs is read again by compression.py and stage_digest_cost.py.
 bench: setup
-	$(PY) benchmarks/cli_startup.py
-	$(PY) benchmarks/dump_overhead.py
-	$(PY) benchmarks/kept_checkpoint_disk.py
-	OMP_NUM_THREADS=1 $(PY) benchmarks/compression.py
-	OMP_NUM_THREADS=1 $(PY) benchmarks/fetch_overhead.py
-	OMP_NUM_THREADS=1 $(PY) benchmarks/html_report.py
-	d=$$(mktemp -d) && OMP_NUM_THREADS=1 $(PY) benchmarks/replay_wait.py --workdir $$d && OMP_NUM_THREADS=1 $(PY) benchmarks/stage_digest_cost.py --workdir $$d --reuse; s=$$?; rm -rf $$d; exit $$s
+	@d=$$(mktemp -d); failed=; \
+	run() { n=$$1; shift; "$$@" || failed="$$failed $$n"; }; \
+	one="env OMP_NUM_THREADS=1 $(PY)"; \
+	run cli_startup $(PY) benchmarks/cli_startup.py; \
+	run dump_overhead $(PY) benchmarks/dump_overhead.py; \
+	run kept_checkpoint_disk $(PY) benchmarks/kept_checkpoint_disk.py; \
+	run fetch_overhead $$one benchmarks/fetch_overhead.py; \
+	run html_report $$one benchmarks/html_report.py; \
+	run replay_wait $$one benchmarks/replay_wait.py --workdir $$d; \
+	run compression $$one benchmarks/compression.py --workdir $$d --reuse; \
+	run stage_digest_cost $$one benchmarks/stage_digest_cost.py --workdir $$d --reuse; \
+	rm -rf $$d; \
+	if [ -n "$$failed" ]; then echo "make bench: a MISS, SKIP or error in:$$failed" >&2; exit 1; fi
 
 # The recorder at a real model's shape (Qwen2.5-1.5B, 512 x 2048 tokens) on a GPU;
 # a small shape on CPU. Needs only PyTorch and transformers where it runs.

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 
-from figures import median_figure, paired, repeat
+from figures import emit, exit_status, median_figure, paired, repeat
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "..", "tests", "fixtures", "recording-v1")
@@ -63,9 +63,9 @@ def main() -> int:
         f"# show: {statistics.median(show_s):.3f} s "
         f"(range {min(show_s):.3f}-{max(show_s):.3f})"
     )
-    print(median_figure("cli_help_seconds", help_s, "<=", 0.5))
-    print(median_figure("cli_ls_seconds", ls_s, "<=", 1.0))
-    print(
+    emit(median_figure("cli_help_seconds", help_s, "<=", 0.5))
+    emit(median_figure("cli_ls_seconds", ls_s, "<=", 1.0))
+    emit(
         median_figure(
             "cli_show_seconds_minus_torch_import",
             [s - t for t, s in pairs],
@@ -73,7 +73,7 @@ def main() -> int:
             1.0,
         )
     )
-    return 0
+    return exit_status()
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""What does recording cost the training side? Three figures, measured in one run.
+"""What does recording cost the training side? Five figures (three of them for each
+path), measured in one run.
 
 On a realistic RLVR rollout batch (default 128 prompts x 4 samples = 512 sequences
 of 2048 tokens, ~17 MiB), through the real RecordingWriter:
@@ -11,20 +12,30 @@ of 2048 tokens, ~17 MiB), through the real RecordingWriter:
   tensors; they are copied on a copier thread, checked by version counters);
 - ``background_write_throughput_vs_raw_disk``: uncompressed bytes per second the
   writer stores (serialise, compress, hash, write, fsync), over the raw
-  write+fsync speed of the same disk for the same bytes, measured here;
-- ``python_loop_stalled_while_writing[PATH]``: the share of its time a
-  Python-heavy stand-in for the training loop does not run at all (waiting for
-  the GIL the writer thread holds, or for a core the writer process takes) while
-  the writer is busy with a step, beyond the idle windows just before and after
-  it: the writer must not starve the training thread. How much slower the loop
-  runs in all (its own code also runs slower beside the writer process on the
-  other core, by an amount this VM's host decides from run to run) is a ``#``
-  line, with its spread and the loop time lost per step.
+  write+fsync speed of the same disk for the same bytes, measured here, over every
+  paired step (this VM's disk runs in phases at its own speed or at its host's
+  cache's; the medians of each phase are ``#`` lines);
+- ``writer_seconds_per_step_vs_step_time``: the writer's time for a 1 GiB step
+  (the size users report for a 4096 x 8k-token GRPO step), over a stated
+  realistic time for such a step (``STEP_SECONDS``): whether the writer keeps up
+  whatever the disk's phase;
+- ``python_loop_slowdown_while_writing[PATH]``: how much slower a Python-heavy
+  stand-in for the training loop runs in all while the writer is busy with a
+  step than in the idle windows just before and after it: the recorder's whole
+  cost to a training loop on this 2-vCPU VM;
+- ``python_loop_stalled_while_writing[PATH]``: the part of that time the loop
+  does not run at all (waiting for the GIL the writer thread holds, or for a
+  core the writer process takes): the writer must not starve the training
+  thread. The rest of the slowdown is the loop's own code running slower beside
+  the writer process on the other core (shared caches, memory bandwidth, the
+  host).
 
 Each figure is the median over paired repetitions (benchmarks/figures.py): per
 step, the synchronous save, the raw write+fsync and the recorded step run back to
-back, in alternating order, a warm-up step dropped; the loop figure pairs each
-busy window with the idle windows around it. Every file timed is fsynced (untimed
+back, in alternating order, a warm-up step dropped; the loop figures pair each
+busy window with the idle windows around it, over several blocks that alternate
+the two paths, so that a phase of the host falls on both and the median of a few
+hundred windows is the same from run to run. Every file timed is fsynced (untimed
 where the baseline does not fsync) and removed, so that the kernel's writeback of
 one measurement never lands in the next.
 
@@ -49,7 +60,7 @@ from dataclasses import dataclass, field
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from figures import median_figure, paired, repeat  # noqa: E402
+from figures import emit, exit_status, median_figure, paired, repeat  # noqa: E402
 
 from areal_debug.recording.writer.recording_writer import RecordingWriter  # noqa: E402
 from areal_debug.recording.writer.start import write_manifest  # noqa: E402
@@ -57,8 +68,30 @@ from areal_debug.recording.writer.start import write_manifest  # noqa: E402
 PATHS = (("accelerator", False), ("cpu", True))
 # This VM's disk writes and fsyncs 17 MiB at its own speed, ~270-360 MiB/s, or,
 # in phases, at its host's cache speed, ~850-1700 MiB/s (the fsync returns before
-# the bytes reach a disk): a raw write faster than this was the host's cache.
+# the bytes reach a disk): a raw write faster than this was the host's cache. The
+# throughput figure counts every pair; the two phases' medians are context.
 HOST_CACHE_MIB_S = 600.0
+# The 1 GiB step: 4096 sequences of 15,420 tokens at 17 bytes a token (int32 ids,
+# loss mask and versions, float32 log-probs, a bool attention mask), 1.0 GiB in
+# AReaL's dtypes; users report 0.9-1.3 GB for a 4096 x 8k-token GRPO step.
+GIB_SEQUENCES, GIB_SEQLEN = 4096, 15_420
+# How long such a step takes, at the least: training alone (recompute the
+# log-probs, 2 x params x tokens FLOP, then forward and backward, 6 x params x
+# tokens) of the smallest model RL runs of this size train, 1.5B parameters, on
+# 4096 x 15,420 = 63M tokens is 8 x 1.5e9 x 6.3e7 = 7.6e17 FLOP; on 8 H100s
+# (989e12 bf16 FLOP/s each) at 40% MFU that is 240 s. 60 s is a quarter of it
+# (any faster GPU, higher MFU or shorter responses), and the rollout's own time
+# comes on top.
+STEP_SECONDS = 60.0
+# The writer keeps up when it stores a step in less than a step's time; busy a
+# quarter of it at most, it leaves the host's cores mostly to training (data
+# loading, rollout clients) and absorbs a step 4x larger or a disk 4x slower.
+WRITER_SHARE_TARGET = 0.25
+# The loop's whole slowdown and its stalled part (benchmarks/figures.py): 3% of a
+# Python-bound training loop is what recording may cost in all; the stalled part,
+# the recorder's own doing (the GIL, the loop's core), half of that.
+SLOWDOWN_TARGET = 0.03
+STALLED_TARGET = 0.015
 
 
 def rlvr_batch(prompts: int, group: int, seqlen: int, seed: int = 0) -> list[dict]:
@@ -135,22 +168,29 @@ def raw_write_seconds(path: str, data: bytes) -> float:
     return took
 
 
-def time_dump(
-    path: str, batch, raw: bytes, steps: int, clone: bool, cache_mib_s: float
-) -> list[tuple[float, float, float, float, bool]]:
-    """Per step (a warm-up step dropped): (blocked on the training thread over a
-    synchronous torch.save, the raw write+fsync of the same bytes over the
-    background write, blocked seconds, background write seconds, whether the raw
-    write ran at the host's cache speed, faster than ``cache_mib_s``).
+@dataclass
+class DumpStep:
+    """One paired step: the recorded step beside its two baselines."""
+
+    blocked: float  # the training thread in submit_batch
+    write: float  # the writer's background write of the step
+    sync: float  # a synchronous torch.save of the batch (page cache)
+    disk: float  # a raw write+fsync of the torch.save bytes
+
+    def cached(self, nbytes: int, cache_mib_s: float) -> bool:
+        """Whether the raw write ran at the host's cache speed."""
+        return nbytes / self.disk / 2**20 > cache_mib_s
+
+
+def time_dump(path: str, batch, raw: bytes, steps: int, clone: bool) -> list[DumpStep]:
+    """``steps`` paired steps, after a warm-up step that is dropped.
 
     Each step is one paired repetition: the synchronous save, the raw write and
     the recorded step run back to back, the recorded step last on even steps and
     first on odd ones, so that both sides of each ratio see the same disk and a
-    drift over the run cancels. This VM's disk alternates between its host's
-    cache speed and its own: steps are added (up to 3x ``steps``) until
-    ``steps`` of them saw the disk itself.
+    drift over the run cancels.
     """
-    writer = new_writer(path, 3 * steps + 1, clone)
+    writer = new_writer(path, steps + 1, clone)
 
     def recorded(i: int) -> tuple[float, float]:
         t0 = time.perf_counter()
@@ -165,20 +205,32 @@ def time_dump(
             raw_write_seconds(f"{path}.raw-{i}.bin", raw),
         )
 
-    def step(i: int) -> tuple[float, float, float, float, bool]:
+    def step(i: int) -> DumpStep:
         (sync, disk), (blocked, write) = paired(
             i, lambda: baselines(i), lambda: recorded(i)
         )
-        cached = len(raw) / disk / 2**20 > cache_mib_s
-        return blocked / sync, disk / write, blocked, write, cached
+        return DumpStep(blocked, write, sync, disk)
 
     out = repeat(step, steps)
-    i = steps + 1
-    while sum(not s[4] for s in out) < steps and i <= 3 * steps:
-        out.append(step(i))
-        i += 1
     writer.close()
     return out
+
+
+def writer_seconds(path: str, batch, runs: int) -> list[float]:
+    """The writer's time per step for ``batch``: from submit_batch to the step
+    on disk, fsynced; ``runs`` steps after a warm-up one."""
+    writer = new_writer(path, runs + 1, clone=False)
+
+    def one(i: int) -> float:
+        t0 = time.perf_counter()
+        writer.submit_batch(i, batch)
+        writer.flush()
+        return time.perf_counter() - t0
+
+    try:
+        return repeat(one, runs)
+    finally:
+        writer.close()
 
 
 def runqueue_wait() -> float | None:
@@ -245,6 +297,25 @@ class LoopSlowdown:
     # Per step: the writer's time beside the loop, and the loop time lost.
     busy_seconds: float
     lost_seconds: float
+
+    @staticmethod
+    def merged(parts: list[LoopSlowdown]) -> LoopSlowdown:
+        """Several blocks as one: their steps together, their pooled figures
+        averaged."""
+
+        def mean(values) -> float:
+            return statistics.fmean(values)
+
+        queued = [p.queued for p in parts]
+        return LoopSlowdown(
+            [x for p in parts for x in p.slowdowns],
+            [x for p in parts for x in p.stalls],
+            pooled=mean(p.pooled for p in parts),
+            waiting=mean(p.waiting for p in parts),
+            queued=None if None in queued else mean(queued),
+            busy_seconds=mean(p.busy_seconds for p in parts),
+            lost_seconds=mean(p.lost_seconds for p in parts),
+        )
 
 
 def loop_slowdown(
@@ -314,14 +385,31 @@ def loop_slowdown(
     )
 
 
+def loop_blocks(root: str, batch, blocks: int, steps: int) -> dict[str, LoopSlowdown]:
+    """``loop_slowdown`` per path, in ``blocks`` blocks of ``steps`` busy windows
+    that alternate the paths' order, merged per path."""
+    parts: dict[str, list[LoopSlowdown]] = {name: [] for name, _ in PATHS}
+    for b in range(blocks):
+        for name, clone in PATHS if b % 2 == 0 else PATHS[::-1]:
+            path = os.path.join(root, f"gil-{name}-{b}")
+            parts[name].append(loop_slowdown(path, batch, steps, clone))
+    return {name: LoopSlowdown.merged(p) for name, p in parts.items()}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--prompts", type=int, default=128)
     ap.add_argument("--group", type=int, default=4)
     ap.add_argument("--seqlen", type=int, default=2048)
-    ap.add_argument("--steps", type=int, default=15, help="paired steps per path")
+    ap.add_argument("--steps", type=int, default=25, help="paired steps per path")
     ap.add_argument(
-        "--loop-steps", type=int, default=40, help="busy windows per path (GIL figure)"
+        "--loop-steps", type=int, default=40, help="busy windows per path and block"
+    )
+    ap.add_argument(
+        "--loop-blocks", type=int, default=4, help="blocks of the loop figures"
+    )
+    ap.add_argument(
+        "--gib-steps", type=int, default=3, help="1 GiB steps (after a warm-up one)"
     )
     ap.add_argument(
         "--host-cache-mib-s",
@@ -340,37 +428,29 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(dir=args.dir) as root:
         os.sync()  # nothing written before is left for writeback to do meanwhile
         dumps = {
-            name: time_dump(
-                os.path.join(root, name),
-                batch,
-                raw,
-                args.steps,
-                clone,
-                args.host_cache_mib_s,
-            )
+            name: time_dump(os.path.join(root, name), batch, raw, args.steps, clone)
             for name, clone in PATHS
         }
-        slowdowns = {
-            name: loop_slowdown(
-                os.path.join(root, f"gil-{name}"), batch, args.loop_steps, clone
-            )
-            for name, clone in PATHS
-        }
+        slowdowns = loop_blocks(root, batch, args.loop_blocks, args.loop_steps)
         # What the writer process saves: the same loop beside the writer thread.
         on_thread = loop_slowdown(
             os.path.join(root, "gil-thread"), batch, 12, False, writer_process=False
         )
+        big = rlvr_batch(GIB_SEQUENCES // args.group, args.group, GIB_SEQLEN)
+        big_bytes = sum(v.numel() * v.element_size() for t in big for v in t.values())
+        big_seconds = writer_seconds(os.path.join(root, "gib"), big, args.gib_steps)
+        del big
     print(
         f"# batch: {args.prompts * args.group} sequences x {args.seqlen} tokens, "
-        f"{len(raw) / 2**20:.1f} MiB torch.save; per path at least {args.steps} "
+        f"{len(raw) / 2**20:.1f} MiB torch.save; per path {args.steps} "
         "paired steps after a warm-up (synchronous save, raw write+fsync and the "
         "recorded step back to back, in alternating order)"
     )
     for name, steps in dumps.items():
-        block = statistics.median(s[2] for s in steps)
-        write = statistics.median(s[3] for s in steps)
-        sync = statistics.median(s[2] / s[0] for s in steps)
-        disk = statistics.median(s[1] * s[3] for s in steps)
+        block = statistics.median(s.blocked for s in steps)
+        write = statistics.median(s.write for s in steps)
+        sync = statistics.median(s.sync for s in steps)
+        disk = statistics.median(s.disk for s in steps)
         print(
             f"# [{name}] {len(steps)} steps: training thread blocked "
             f"{block * 1e3:.2f} ms (synchronous "
@@ -379,68 +459,85 @@ def main(argv=None) -> int:
             f"bytes {disk * 1e3:.1f} ms ({len(raw) / disk / 2**20:.0f} MiB/s)"
         )
     for name, steps in dumps.items():
-        print(
+        emit(
             median_figure(
-                f"dump_blocking_vs_sync_save[{name}]", [s[0] for s in steps], "<=", 0.05
+                f"dump_blocking_vs_sync_save[{name}]",
+                [s.blocked / s.sync for s in steps],
+                "<=",
+                0.05,
             )
         )
-    # The throughput figure compares the writer with the disk: the steps whose
-    # raw write the host's cache took are context (there the writer, compressing
-    # on 2 cores, is compared with the host's memory).
+    # The throughput figure: every pair, of the slower path (the cpu one also
+    # copies); the disk's two phases, told apart by the raw write's speed, are
+    # context (in the cache phase the writer, compressing on 2 cores, is
+    # compared with the host's memory; in the disk phase, with the disk).
+    speed = {n: [s.disk / s.write for s in st] for n, st in dumps.items()}
     for name, steps in dumps.items():
-        cached = [s[1] for s in steps if s[4]]
-        if cached:
-            print(
-                f"# [{name}] {len(cached)} of {len(steps)} steps the raw write ran "
-                f"faster than {args.host_cache_mib_s:.0f} MiB/s (the host's cache, "
-                f"not the disk): writer over that {statistics.median(cached):.3f} "
-                "(median), left out of the throughput figure"
-            )
-    disk_steps = {n: [s for s in st if not s[4]] for n, st in dumps.items()}
-    # Fewer than --steps such pairs in 3x --steps: the disk stayed in its cache
-    # phase, and the few slower raw writes are stragglers of it, not the disk.
-    if all(len(st) >= args.steps for st in disk_steps.values()):
-        # The slower of the two paths (the cpu one also copies).
-        slower = min(
-            disk_steps, key=lambda n: statistics.median(s[1] for s in disk_steps[n])
+        phases = {True: [], False: []}
+        for s in steps:
+            phases[s.cached(len(raw), args.host_cache_mib_s)].append(s.disk / s.write)
+        said = [
+            f"{len(v)} pairs in the {what} phase (raw write "
+            f"{'faster' if cached else 'slower'} than {args.host_cache_mib_s:.0f} "
+            f"MiB/s): writer over raw {statistics.median(v):.3f}"
+            for cached, what in ((False, "disk"), (True, "host cache"))
+            if (v := phases[cached])
+        ]
+        print(f"# [{name}] throughput, median per phase: " + "; ".join(said))
+    slower = min(speed, key=lambda n: statistics.median(speed[n]))
+    print(f"# writer throughput: the slower path, {slower}, every pair")
+    emit(
+        median_figure(
+            "background_write_throughput_vs_raw_disk", speed[slower], ">=", 1.0
         )
-        print(f"# writer throughput: the slower path, {slower}")
-        print(
-            median_figure(
-                "background_write_throughput_vs_raw_disk",
-                [s[1] for s in disk_steps[slower]],
-                ">=",
-                1.0,
-            )
+    )
+    print(
+        f"# writer for a {big_bytes / 2**30:.2f} GiB step ({GIB_SEQUENCES} x "
+        f"{GIB_SEQLEN} tokens, the accelerator path): "
+        f"{statistics.median(big_seconds):.2f} s "
+        f"({big_bytes / statistics.median(big_seconds) / 2**20:.0f} MiB/s), against "
+        f"a {STEP_SECONDS:.0f} s step: a quarter of the training alone of a 1.5B "
+        "model on 8 H100s at 40% MFU on those 63M tokens (8 x params x tokens "
+        "FLOP), before the rollout"
+    )
+    emit(
+        median_figure(
+            "writer_seconds_per_step_vs_step_time",
+            [t / STEP_SECONDS for t in big_seconds],
+            "<=",
+            WRITER_SHARE_TARGET,
         )
-    else:
-        print(
-            "# background_write_throughput_vs_raw_disk not measured: the host's "
-            f"cache took the raw writes (fewer than {args.steps} of "
-            f"{3 * args.steps} steps saw the disk itself: the disk's cache phase; "
-            "run again later)"
-        )
+    )
     for name, loop in slowdowns.items():
         split = (
             f" ({loop.queued:.3f} waiting for a core, the rest for the GIL)"
             if loop.queued is not None
             else " (waiting for the GIL or a core)"
         )
-        alone = statistics.median(s[3] for s in dumps[name])
+        alone = statistics.median(s.write for s in dumps[name])
         print(
             f"# [{name}] beside the Python loop the writer took "
             f"{loop.busy_seconds * 1e3:.0f} ms per step ({alone * 1e3:.0f} ms "
             f"alone), the loop losing {loop.lost_seconds * 1e3:.1f} ms of its time "
-            f"per step; the loop ran {statistics.median(loop.slowdowns):.3f} slower "
-            f"(median of {len(loop.slowdowns)} steps, range "
-            f"{min(loop.slowdowns):.3f} to {max(loop.slowdowns):.3f}; pooled "
-            f"{loop.pooled:.3f}), of which {loop.waiting:.3f} (pooled) was time it "
-            f"did not run{split}, the rest its own code running slower beside the "
-            "writer process on the other core"
+            f"per step ({args.loop_blocks} blocks of {args.loop_steps}; pooled "
+            f"slowdown {loop.pooled:.3f}), of which {loop.waiting:.3f} (pooled) "
+            f"was time it did not run{split}, the rest its own code running slower "
+            "beside the writer process on the other core"
         )
-        print(
+        emit(
             median_figure(
-                f"python_loop_stalled_while_writing[{name}]", loop.stalls, "<=", 0.03
+                f"python_loop_slowdown_while_writing[{name}]",
+                loop.slowdowns,
+                "<=",
+                SLOWDOWN_TARGET,
+            )
+        )
+        emit(
+            median_figure(
+                f"python_loop_stalled_while_writing[{name}]",
+                loop.stalls,
+                "<=",
+                STALLED_TARGET,
             )
         )
     print(
@@ -450,7 +547,7 @@ def main(argv=None) -> int:
         f"{on_thread.waiting:.3f}), the writer taking "
         f"{on_thread.busy_seconds * 1e3:.0f} ms per step beside it"
     )
-    return 0
+    return exit_status()
 
 
 if __name__ == "__main__":

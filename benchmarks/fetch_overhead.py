@@ -37,7 +37,7 @@ from areal.infra.rpc.serialization import serialize_value
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from dump_overhead import rlvr_batch  # noqa: E402
-from figures import median_figure, paired, repeat  # noqa: E402
+from figures import emit, exit_status, median_figure, paired, repeat  # noqa: E402
 
 from areal_debug.single_controller.rtensor_bridge import (  # noqa: E402
     BatchFetcher,
@@ -98,7 +98,7 @@ def remotize(batch: list[dict], addr: str) -> list[dict]:
     return out
 
 
-def main():
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     ap.add_argument("--prompts", type=int, default=128)
     ap.add_argument("--group", type=int, default=4)
@@ -157,7 +157,7 @@ def main():
         f"{(handover + waited) * 1e3:.2f} ms (handing over {handover * 1e3:.2f} ms, "
         f"waiting at step end {waited * 1e3:.2f} ms)"
     )
-    print(
+    emit(
         median_figure(
             "sc_fetch_blocking_vs_sync_fetch",
             [(h + w) / s for s, (h, w) in pairs],
@@ -165,7 +165,8 @@ def main():
             0.10,
         )
     )
+    return exit_status()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -11,14 +11,27 @@ and the candidate run back to back in the same repetition, in alternating order
 the run cancels; warm-up repetitions are run and dropped (``repeat``). LO to HI
 is the range of the N. ok/MISS judges the median.
 
+A figure that is a whole over several steps (a total time over a total time,
+where every step counts, the first one too)::
+
+    NAME: VALUE (total of N, per-step LO to HI; target OP TARGET) ok|MISS
+
 A figure that does not vary from run to run (a size, a count, a yes/no) is
 measured once::
 
     NAME: VALUE (target OP TARGET) ok|MISS
 
+A figure that could not be measured here says so, and why, instead of
+vanishing::
+
+    NAME: n/a (WHY) SKIP
+
 Lines starting with ``#`` are context. A script reads the figures with
 ``grep -E '^[][a-z_0-9]+: '``: the name is before the first ``: ``, the value
-is the next field, the verdict the last.
+is the next field, the verdict the last. Each benchmark prints its figures with
+``emit`` and exits with ``exit_status()``: non-zero when it printed a MISS or a
+SKIP, so that ``make bench`` fails on either (it runs every script first, so
+one failing figure hides none of the others).
 """
 
 from __future__ import annotations
@@ -36,6 +49,27 @@ def _ok(value: float, op: str, target: float) -> str:
     return "ok" if ok else "MISS"
 
 
+# The figures printed so far that fail ``make bench``: a MISS or a SKIP.
+_failed: list[str] = []
+
+
+def emit(line: str) -> None:
+    """Print a figure line, remembering it if it failed (MISS or SKIP)."""
+    print(line, flush=True)
+    if line.endswith((" MISS", " SKIP")):
+        _failed.append(line)
+
+
+def exit_status() -> int:
+    """The script's exit status: 1 when any figure it emitted failed."""
+    return 1 if _failed else 0
+
+
+def skipped(name: str, why: str) -> str:
+    """A figure that could not be measured here, with the reason."""
+    return f"{name}: n/a ({why}) SKIP"
+
+
 def figure(name: str, value: float, op: str, target: float) -> str:
     """A figure measured once (a size, a count, a yes/no)."""
     return f"{name}: {value:.4g} (target {op} {target}) {_ok(value, op, target)}"
@@ -48,6 +82,19 @@ def median_figure(name: str, values: list[float], op: str, target: float) -> str
         f"{name}: {value:.4g} (median of {len(values)}, range "
         f"{min(values):.4g} to {max(values):.4g}; target {op} {target}) "
         f"{_ok(value, op, target)}"
+    )
+
+
+def pooled_figure(
+    name: str, parts: list[float], wholes: list[float], op: str, target: float
+) -> str:
+    """A whole over several steps: ``sum(parts) / sum(wholes)``, every step
+    counted, with the range of the per-step ratios."""
+    ratios = [p / w for p, w in zip(parts, wholes, strict=True)]
+    value = sum(parts) / sum(wholes)
+    return (
+        f"{name}: {value:.4g} (total of {len(parts)}, per-step {min(ratios):.4g} "
+        f"to {max(ratios):.4g}; target {op} {target}) {_ok(value, op, target)}"
     )
 
 

@@ -10,8 +10,8 @@ filesystem allows it) and prints the disk space that took over a full copy's:
   counted after ``os.sync()`` (delayed allocation has placed every block), so
   neither the page cache nor the disk's speed moves it; measured once.
 
-Where no such filesystem can be made, one ``#`` line says why and no figure is
-printed (ext4, for one, has no reflinks: there the kept copy is a full copy).
+Where no such filesystem can be made, the figure is a SKIP line that says why
+(ext4, for one, has no reflinks: there the kept copy is a full copy).
 
     .venv/bin/python benchmarks/kept_checkpoint_disk.py [--mib 256]
 """
@@ -27,7 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 # The XFS mount is test tooling (tests/support/xfs.py), not part of the package.
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
-from figures import figure  # noqa: E402
+from figures import emit, exit_status, figure, skipped  # noqa: E402
 from support.xfs import (  # noqa: E402
     ReflinkFilesystemUnavailable,
     used_bytes,
@@ -63,13 +63,18 @@ def main(argv=None) -> int:
                 kept, how = taken(root, os.path.dirname(src), "kept", True)
                 full, _ = taken(root, os.path.dirname(src), "copied", False)
         except ReflinkFilesystemUnavailable as e:
-            print(f"# no filesystem with reflinks can be made here: {e}")
-            return 0
+            emit(
+                skipped(
+                    "kept_checkpoint_bytes_vs_full_copy",
+                    f"no filesystem with reflinks can be made here: {e}",
+                )
+            )
+            return exit_status()
     print(
         f"# XFS: kept {how}: {kept / 2**20:.2f} MiB of blocks; full copy {full / 2**20:.1f} MiB"
     )
-    print(figure("kept_checkpoint_bytes_vs_full_copy", kept / full, "<=", 0.05))
-    return 0
+    emit(figure("kept_checkpoint_bytes_vs_full_copy", kept / full, "<=", 0.05))
+    return exit_status()
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from figures import median_figure, repeat  # noqa: E402
+from figures import emit, exit_status, median_figure, repeat, skipped  # noqa: E402
 
 from areal_debug.stages import mismatch  # noqa: E402
 
@@ -71,8 +71,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     device = args.device
     if device == "cuda" and not torch.cuda.is_available():
-        print("mismatch_metrics_vs_train_step[cuda]: n/a (no CUDA device here) SKIP")
-        return 0
+        emit(skipped("mismatch_metrics_vs_train_step[cuda]", "no CUDA device here"))
+        return exit_status()
     sequences, seqlen = args.sequences, args.seqlen
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     model = build(args.layers, args.hidden, seqlen, args.vocab, device)
@@ -126,7 +126,7 @@ def main(argv=None) -> int:
         f"mini-batches: training {train * 1e3:.0f} ms, mismatch {cost * 1e3:.2f} ms "
         "(medians; timed inside the same step, device synchronised)"
     )
-    print(
+    emit(
         median_figure(
             f"mismatch_metrics_vs_train_step[{device},{params / 1e6:.0f}M,"
             f"{sequences * seqlen}_tokens]",
@@ -135,7 +135,7 @@ def main(argv=None) -> int:
             TARGET,
         )
     )
-    return 0
+    return exit_status()
 
 
 if __name__ == "__main__":

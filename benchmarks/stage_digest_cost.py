@@ -35,7 +35,6 @@ import glob
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,7 +43,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from figures import median_figure, repeat  # noqa: E402
+from demo_run import add_demo_arguments, run_demo  # noqa: E402
+from figures import emit, exit_status, median_figure, repeat  # noqa: E402
 
 from areal_debug.recording.format import STAGES_FILE, STATS  # noqa: E402
 from areal_debug.stages import mismatch  # noqa: E402
@@ -174,19 +174,6 @@ class TinyStep:
         return int(mask.sum()) + len(kept)
 
 
-def run_demo(workdir: Path, steps: int) -> None:
-    demo = subprocess.run(
-        [sys.executable, "-m", "areal_debug.cli", "demo"]
-        + ["--workdir", str(workdir), "--steps", str(steps)],
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        capture_output=True,
-        text=True,
-    )
-    if demo.returncode != 0:
-        print(demo.stdout[-2000:] + demo.stderr[-2000:], file=sys.stderr)
-        raise SystemExit(1)
-
-
 def demo_steps(workdir: Path) -> list[tuple[int, float, float]]:
     """(step, seconds digesting on the slowest rank, training seconds) per step
     of the demo's dump run in ``workdir``."""
@@ -227,11 +214,7 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--runs", type=int, default=5, help="measured steps (after a warm-up)"
     )
-    ap.add_argument("--steps", type=int, default=4, help="demo steps (with --workdir)")
-    ap.add_argument("--workdir", default=None, help="the CPU demo's directory")
-    ap.add_argument(
-        "--reuse", action="store_true", help="read the demo already run in --workdir"
-    )
+    add_demo_arguments(ap, "demo steps (with --workdir)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
@@ -259,7 +242,7 @@ def main(argv=None) -> int:
             f"{d * 1e3:.2f} ms of {t * 1e3:.0f} ms training ({d / t:.3f}; the "
             "digests are per parameter, training per token)"
         )
-    print(
+    emit(
         median_figure(
             f"stage_digests_vs_train_step_tiny_cpu_{SEQUENCES * SEQLEN}_tokens",
             [d / t for t, d, _ in pairs],
@@ -272,7 +255,7 @@ def main(argv=None) -> int:
         f"{SEQUENCES * (SEQLEN - 1) // 2} loss tokens (7 statistics per token, "
         "the stats tracker's copies, and the per-token log-probs and tokens kept)"
     )
-    print(
+    emit(
         median_figure(
             f"mismatch_metrics_vs_train_step_tiny_cpu_{SEQUENCES * SEQLEN}_tokens",
             [m / t for t, _, m in pairs],
@@ -284,7 +267,7 @@ def main(argv=None) -> int:
     for line in lines:
         print(line)
     print(f"# 7B extrapolated: digests {ratio:.4f} of the training step (information)")
-    return 0
+    return exit_status()
 
 
 if __name__ == "__main__":

@@ -24,6 +24,24 @@ CHAT_TEMPLATE = (
 )
 
 
+def word_level_tokenizer(words: list[str]):
+    """A Hugging Face tokenizer with one token per word of ``words`` (split on
+    white space), ``SPECIAL`` among them."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {w: i for i, w in enumerate(words)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<eos>",
+        pad_token="<pad>",
+        bos_token="<bos>",
+        unk_token="<unk>",
+    )
+
+
 def build_tiny_model(path: str, seed: int = 0, dropout: float = 0.0) -> str:
     """Create (once) a tiny Qwen2 causal LM and tokenizer in ``path``.
 
@@ -34,20 +52,11 @@ def build_tiny_model(path: str, seed: int = 0, dropout: float = 0.0) -> str:
     ):
         return path
     import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     os.makedirs(path, exist_ok=True)
     vocab = {w: i for i, w in enumerate(WORDS)}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<eos>",
-        pad_token="<pad>",
-        bos_token="<bos>",
-        unk_token="<unk>",
-    )
+    fast = word_level_tokenizer(WORDS)
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(path)
     cfg = Qwen2Config(
