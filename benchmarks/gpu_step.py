@@ -50,7 +50,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from dump_overhead import new_writer, rlvr_batch  # noqa: E402
-from figures import median_figure, repeat  # noqa: E402
+from figures import emit, exit_status, median_figure, repeat  # noqa: E402
 
 from areal_debug.stages.digest import StageLog  # noqa: E402
 from areal_debug.stages.names import mini_batch_name, trajectory_name  # noqa: E402
@@ -277,8 +277,8 @@ def main(argv=None) -> int:
         ),
     ]
     for line in lines:
-        print(line)
-    return 1 if any(line.endswith("MISS") for line in lines) else 0
+        emit(line)
+    return exit_status()
 
 
 if __name__ == "__main__":
