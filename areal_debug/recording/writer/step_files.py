@@ -165,7 +165,7 @@ class StepFiles:
             f"Recorded step {step} shard {self.shard + 1}/{self.num_shards}: "
             f"{meta.num_trajectories} trajectories, {meta.num_tokens} tokens, "
             f"{meta.entry.bytes / 2**20:.2f} MiB on disk "
-            f"({stored['raw_bytes'] / 2**20:.2f} MiB uncompressed)"
+            f"({meta.entry.raw_bytes / 2**20:.2f} MiB uncompressed)"
         )
         self._maybe_finish_step(step)
 
