@@ -22,6 +22,7 @@ from support.recordings import (
     ANOMALY_THRESHOLD,
     DROPOUT,
     SPMD_D1_STEPS,
+    SPMD_D2_FAILED_STEP,
     SPMD_D2_STEPS,
 )
 
@@ -144,6 +145,32 @@ def test_two_heads_record_one_shard_each(spmd_d2):
     meta = reader.step_meta(0)
     assert meta.num_shards == 2 and [s.shard for s in meta.shards] == [0, 1]
     # batch_size 8 prompts split over 2 heads' DistributedSampler shards.
+    assert [s.num_trajectories for s in meta.shards] == [4, 4]
+
+
+def test_a_request_failed_on_the_second_head_pins_its_step(spmd_d2):
+    """The second data-parallel head's engine failed one request while step
+    SPMD_D2_FAILED_STEP's batch was prepared (AReaL main's refusal of a
+    non-finite log-prob takes that path): the coordinator, whose own engine saw
+    nothing, pins that step with the head's reason; no other step is pinned."""
+    from support.fake_engine import FAILED_REQUEST_ERROR
+
+    step = SPMD_D2_FAILED_STEP
+    for other in set(range(SPMD_D2_STEPS)) - {step}:
+        assert not os.path.exists(
+            os.path.join(spmd_d2.path, step_dirname(other), "anomaly.json")
+        )
+    with open(os.path.join(spmd_d2.path, step_dirname(step), "anomaly.json")) as f:
+        fired = json.load(f)
+    (reason,) = fired["reasons"]
+    assert reason == (
+        "rank 1: 1 rollout request(s) failed in the inference engine and their "
+        f"rollouts were rejected; the first: ValueError: {FAILED_REQUEST_ERROR}"
+    )
+    assert fired["pinned"] == list(range(step - 2, step + 1))
+    assert f"Anomaly at step {step}: rank 1: 1 rollout request(s)" in spmd_d2.run.log
+    # The failed rollout was replaced: the step's batch is whole on both heads.
+    meta = RecordingReader(spmd_d2.path).step_meta(step)
     assert [s.num_trajectories for s in meta.shards] == [4, 4]
 
 

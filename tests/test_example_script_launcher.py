@@ -46,7 +46,7 @@ def launch(workdir, name: str, overrides: list[str], server: str | None = None):
 @pytest.fixture(scope="module")
 def gsm8k_spmd(tiny_assets, tmp_path_factory):
     """The script's dump through the launcher against the CPU server, with the
-    reference's log-probs kept (debug.record_ref_logp) for the second replay."""
+    reference's log-probs kept (debug.record_ref_logp)."""
     from areal_debug.testing import end_process, start_server
 
     workdir = tmp_path_factory.mktemp("gsm8k_spmd")
@@ -94,32 +94,31 @@ def test_gsm8k_script_records_through_the_spmd_launcher(gsm8k_spmd):
     assert all(t.shape[0] == 4 and bool((t <= 0).all()) for t in kept.values())
 
 
-def test_replay_through_the_launcher_is_bitwise_with_recorded_reference_logps(
+def test_replay_through_the_launcher_is_bitwise_with_the_reference_computed(
     gsm8k_spmd,
 ):
-    """The script's replay through the launcher: no server, the critic's values
-    recomputed, the reference's log-probs read from the recording instead of its
-    forward pass (SPMD form; computed ones are replayed in single-controller
-    mode by test_example_scripts.py, and computed by this dump)."""
+    """The script's replay through the launcher, as a user replays by default:
+    no server, the critic's values and the reference's log-probs computed again
+    by their models, every stage identical. (The reference's log-probs read from
+    the recording instead: single-controller mode, test_example_scripts.py.)"""
     workdir, _ = gsm8k_spmd
     rc, log = launch(
         workdir,
-        "replay-recorded-ref",
+        "replay",
         [
             "debug.replay_rollout_data=true",
             "debug.deterministic=true",
-            "debug.replay_recorded_ref_logp=true",
-            "debug.replay_trial_name=recorded_ref",
+            "debug.replay_trial_name=replay",
         ],
     )
     assert rc == 0, log[-4000:]
     assert "Replay engine in place of the inference engine" in log
-    assert "reference forward passes run: 0." in log
-    report = replay_report(str(workdir), EXPERIMENT, "recorded_ref")
+    report = replay_report(str(workdir), EXPERIMENT, "replay")
     assert report["summary"]["steps"] == STEPS
     assert report["summary"]["all_identical"] is True, report["first_divergence"]
     for entry in report["steps"]:
         assert {s["status"] for s in entry["stages"].values()} == {"identical"}
         assert {"values", "ref_logp", "weights"} <= set(entry["stages"])
+        # The reference model ran (one forward per trajectory group).
         ref = entry["stages"]["ref_logp"]
-        assert ref["source"] == "recorded" and ref["reference_forwards"] == 0
+        assert ref["source"] == "computed" and ref["reference_forwards"] > 0

@@ -43,8 +43,9 @@ class Example:
 EXAMPLES = {
     # One run for three kinds of model beside the actor: critic values and
     # reference log-probs computed on the training side (replayed by computing
-    # them again), and a teacher served as an inference engine (distillation;
-    # replayed from its recorded log-probs).
+    # the values again and reading the log-probs from the recording), and a
+    # teacher served as an inference engine (distillation; replayed from its
+    # recorded log-probs).
     "critic-ref-teacher": Example(
         "gsm8k_distill_cpu.yaml",
         "gsm8k-distill",
@@ -152,41 +153,14 @@ def test_dump_of_an_unchanged_example_script(gsm8k_workdir, example, gsm8k_dump)
         assert "role 'teacher'" in gsm8k_dump
 
 
-def test_replay_starts_only_what_trains_and_is_bitwise(
+def test_replay_starts_only_what_trains_and_runs_no_reference_forward(
     gsm8k_workdir, example, gsm8k_dump
 ):
-    rc, log = run_example(
-        gsm8k_workdir,
-        example,
-        f"replay-{example.experiment}",
-        ["debug.replay_rollout_data=true", "debug.deterministic=true"],
-    )
-    assert rc == 0, log[-4000:]
-    assert "Creating 1 workers for role 'actor'" in log
-    # No rollout worker, no inference server, no data service, no dataset read.
-    started = ["role 'rollout'", "role 'data"]
-    started += ["role 'teacher'"] if example.teacher else []
-    assert_only_in_dump(gsm8k_dump, log, started)
-    assert "the datasets are not read" in log
-    assert "ScriptTrainer.train (export_style=concat)" in log
-    if example.teacher:
-        assert "the teacher's log-probs come from the recording" in log
-    report = replay_report(str(gsm8k_workdir), example.experiment, "trial0_replay")
-    assert_identical(report)
-    assert report["summary"]["steps"] == STEPS
-    for entry in report["steps"]:
-        assert len(entry["metrics"]) > 90
-        # Every stage identical, the reference's and critic's included; the
-        # reference model ran (one forward per trajectory group).
-        assert {s["status"] for s in entry["stages"].values()} == {"identical"}
-        assert {"ref_logp", "values", "weights"} <= set(entry["stages"])
-        ref = entry["stages"]["ref_logp"]
-        assert ref["source"] == "computed" and ref["reference_forwards"] > 0
-
-
-def test_replay_with_recorded_reference_logps_runs_no_reference_forward(
-    gsm8k_workdir, example, gsm8k_dump
-):
+    """The unchanged script's replay, the reference's log-probs read from the
+    recording (handed to the reference engine in its RPC worker) instead of its
+    forward pass; the critic's values computed again. (The reference computed
+    again, as replays do by default: the SPMD launcher's replay of this script,
+    test_example_script_launcher.py.)"""
     rc, log = run_example(
         gsm8k_workdir,
         example,
@@ -199,13 +173,25 @@ def test_replay_with_recorded_reference_logps_runs_no_reference_forward(
         ],
     )
     assert rc == 0, log[-4000:]
+    assert "Creating 1 workers for role 'actor'" in log
+    # No rollout worker, no inference server, no data service, no dataset read.
+    started = ["role 'rollout'", "role 'data"]
+    started += ["role 'teacher'"] if example.teacher else []
+    assert_only_in_dump(gsm8k_dump, log, started)
+    assert "the datasets are not read" in log
+    assert "ScriptTrainer.train (export_style=concat)" in log
+    if example.teacher:
+        assert "the teacher's log-probs come from the recording" in log
     assert "the reference log-probs come from the recording" in log
     assert "reference forward passes run: 0." in log
     report = replay_report(str(gsm8k_workdir), example.experiment, "recorded_ref")
     assert_identical(report)
     assert report["summary"]["steps"] == STEPS
     for entry in report["steps"]:
+        assert len(entry["metrics"]) > 90
+        # Every stage identical, the reference's and critic's included.
         assert {s["status"] for s in entry["stages"].values()} == {"identical"}
+        assert {"ref_logp", "values", "weights"} <= set(entry["stages"])
         ref = entry["stages"]["ref_logp"]
         # Counted on the reference engine's forward in its workers.
         assert ref["source"] == "recorded" and ref["reference_forwards"] == 0

@@ -136,8 +136,16 @@ class ActiveMode(DebugMode):
     def on_batch_ready(self, step: int) -> None:
         """Every process, right after the step's batch is ready."""
 
-    def on_step_stats(self, step: int, stats: dict[str, Any]) -> None:
-        """The coordinator, with the statistics the step is about to commit."""
+    def on_step_stats(
+        self, step: int, stats: dict[str, Any], rollout_failures: list[str]
+    ) -> None:
+        """The coordinator, with the statistics the step is about to commit and
+        why rollouts of the step failed on any process (``rollout_failures``)."""
+
+    def local_rollout_failures(self, step: int) -> list[str] | None:
+        """Every process: why rollout requests of ``step`` failed in this process's
+        inference engine; None where the mode watches none (nothing is gathered)."""
+        return None
 
     def on_step_stages(
         self,
@@ -250,9 +258,15 @@ class ActiveMode(DebugMode):
         if self.stage_probes is not None:
             self._gather_stages(step)
 
+        # Every process joins: each data-parallel head watches its own engine.
+        local = self.local_rollout_failures(step)
+        failed = (
+            [] if local is None else self.topology.gather_reasons(self.trainer, local)
+        )
+
         def seen(stats: dict[str, Any]) -> None:
             if self.topology.is_coordinator():
-                self.on_step_stats(step, stats)
+                self.on_step_stats(step, stats, failed)
 
         areal_compat.export_and_commit_stats(
             self.trainer, epoch, epoch_step, step, seen

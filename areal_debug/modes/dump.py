@@ -170,10 +170,16 @@ class DumpMode(ActiveMode):
         if states is not None and self.writer is not None and self.policy.records(step):
             self.writer.submit_rng(step, states)
 
-    def on_step_stats(self, step: int, stats: dict[str, Any]) -> None:
+    def local_rollout_failures(self, step: int) -> list[str]:
+        return self.failures.reasons(step)  # taken every step: none pile up
+
+    def on_step_stats(
+        self, step: int, stats: dict[str, Any], rollout_failures: list[str]
+    ) -> None:
         trained = training_stats(stats)
-        failed = self.failures.reasons(step)  # taken every step: none pile up
-        reasons = self.detector.check(trained) + failed if self.detector else []
+        reasons = (
+            self.detector.check(trained) + rollout_failures if self.detector else []
+        )
         if reasons and self.writer is not None:
             first = max(0, step - self.debug.anomaly_context_steps)
             logger.warning(

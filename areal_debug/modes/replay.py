@@ -236,7 +236,9 @@ class ReplayMode(ActiveMode):
             step, stages, tensors, ref_forwards, self.reference.source
         )
 
-    def on_step_stats(self, step: int, stats: dict[str, Any]) -> None:
+    def on_step_stats(
+        self, step: int, stats: dict[str, Any], rollout_failures: list[str]
+    ) -> None:
         loader = self._loader()
         wait = loader.waits.pop(step, None) if loader is not None else None
         self.comparison.add_step(step, stats, wait)

@@ -108,6 +108,11 @@ class Topology:
         """Restore this rank's states; return why not (None when restored)."""
         return None
 
+    def gather_reasons(self, trainer, local: list[str]) -> list[str]:
+        """Every process's ``local`` reasons, on the coordinator (a collective
+        where there are several processes: every process calls it)."""
+        return local
+
     def start_stage_probes(
         self, trainer, patches, worker_probes, keep: frozenset[str], recorded_ref: bool
     ) -> Any | None:
@@ -179,6 +184,17 @@ class SpmdTopology(Topology):
     def digest_model(self, trainer, probes) -> list | None:
         gathered = self._gather(trainer, probes.digest_model(trainer.actor))
         return None if gathered is None or None in gathered else gathered
+
+    def gather_reasons(self, trainer, local: list[str]) -> list[str]:
+        if not dist.is_initialized() or dist.get_world_size() == 1:
+            return local
+        # A rollout fails on one head's engine; only the coordinator pins.
+        gathered = self._gather(trainer, local) or []
+        return [
+            f"rank {rank}: {reason}"
+            for rank, reasons in enumerate(gathered)
+            for reason in reasons
+        ]
 
     def _gather(self, trainer, local: Any) -> list | None:
         gathered: list = [None] * dist.get_world_size()

@@ -10,6 +10,7 @@ Everything around it (FSDP actor, PPOTrainer loop, redistribution) is AReaL's.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from concurrent.futures import Future
 from types import SimpleNamespace
@@ -25,6 +26,13 @@ FORBID_ENV = "AREAL_DEBUG_TEST_FORBID_ENGINE"
 # shifted by -5, which the arithmetic reward (0 or 1) never gives; within a
 # group they still differ, so the step still trains.
 BAD_REWARD_STEP_ENV = "AREAL_DEBUG_TEST_BAD_REWARD_STEP"
+# An injected engine failure, "STEP:RANK": while a fresh run's STEPth batch is
+# prepared, the data-parallel head of that rank sends one request its engine
+# fails on, as AReaL main's engine refuses a non-finite log-prob; the request's
+# rollout is rejected and the batch is filled without it, as AReaL's workflow
+# executor does.
+FAILED_REQUEST_ENV = "AREAL_DEBUG_TEST_FAILED_REQUEST"
+FAILED_REQUEST_ERROR = "Malformed generation result: a planted engine failure"
 
 
 class FakeRolloutEngine:
@@ -42,10 +50,29 @@ class FakeRolloutEngine:
         self._batches = 0
         bad = os.environ.get(BAD_REWARD_STEP_ENV)
         self._bad_step = None if bad is None else int(bad)
+        failed = os.environ.get(FAILED_REQUEST_ENV, "").split(":")
+        self._failed_request_step = (
+            int(failed[0]) if len(failed) == 2 and int(failed[1]) == rank else None
+        )
         self.digit_ids = [tokenizer.convert_tokens_to_ids(str(d)) for d in range(19)]
         self.eos = tokenizer.eos_token_id
-        # A resumed PPOTrainer syncs the executor's staleness manager (none here).
-        self.workflow_executor = SimpleNamespace(staleness_manager=None)
+        # A resumed PPOTrainer syncs the executor's staleness manager (none here);
+        # the workflows' requests go to the executor's inference engine.
+        self.workflow_executor = SimpleNamespace(
+            staleness_manager=None, inference_engine=self
+        )
+
+    async def agenerate(self, req):
+        """A request the engine fails on (the only one this double sends)."""
+        raise ValueError(FAILED_REQUEST_ERROR)
+
+    def _fail_one_request(self) -> None:
+        # Called as a workflow does, through the executor's engine: the
+        # exception is logged and the rollout rejected, as AReaL's executor does.
+        try:
+            asyncio.run(self.workflow_executor.inference_engine.agenerate(None))
+        except ValueError:
+            pass
 
     def _sample(self, prompt_ids: list[int], answer: str) -> dict:
         n = int(torch.randint(1, 6, (1,), generator=self.gen))
@@ -95,6 +122,8 @@ class FakeRolloutEngine:
                 for _ in range(group_size)
             ]
             batch.append(concat_padded_tensors(group))
+        if self._batches == self._failed_request_step:
+            self._fail_one_request()
         if self._batches == self._bad_step:
             for traj in batch:
                 traj["rewards"] = traj["rewards"] - 5.0

@@ -6,7 +6,9 @@
   with the recording);
 - ``spmd_d2``: SPMD, two data-parallel heads, started through
   ``areal_debug.launcher.local`` (train-only allocation: the fake engine needs no
-  server), one mini-batch a step, 5 steps;
+  server), one mini-batch a step, 5 steps; the second head's engine fails one
+  rollout request while step ``SPMD_D2_FAILED_STEP``'s batch is prepared (the
+  batch is whole: the rollout is rejected and replaced);
 - ``sc_d2``: single-controller, made by ``areal-debug demo --single-controller
   --nproc 2`` (the shipped example against the CPU server, then its replay by
   the demo's own ``run_replay.sh``), two FSDP workers, 3 steps with recover
@@ -41,6 +43,7 @@ ONE_MINI_BATCH = ("actor.ppo_n_minibatches=1",)
 ANOMALY_THRESHOLD = "ppo_actor/update/grad_norm > 0"
 SPMD_D1_STEPS = 5
 SPMD_D2_STEPS = 5
+SPMD_D2_FAILED_STEP = 2
 SC_STEPS = 3
 SC_EXPERIMENT, SC_TRIAL = "tinydemo", "trial0"
 # The single-controller recording trains on two FSDP workers: the train
@@ -109,6 +112,8 @@ def spmd_d1(tmp_path_factory, tiny_assets) -> Recorded:
 
 @pytest.fixture(scope="session")
 def spmd_d2(tmp_path_factory, tiny_assets) -> Recorded:
+    from support.fake_engine import FAILED_REQUEST_ENV
+
     d = _workdir(tmp_path_factory, tiny_assets, "spmd_d2")
     run = run_launcher(
         str(d),
@@ -120,6 +125,7 @@ def spmd_d2(tmp_path_factory, tiny_assets) -> Recorded:
             *ONE_MINI_BATCH,
             "debug.dump_rollout_data=true",
         ],
+        env={FAILED_REQUEST_ENV: f"{SPMD_D2_FAILED_STEP}:1"},
     )
     assert run.returncode == 0, run.log[-3000:]
     assert len(run.stats) == SPMD_D2_STEPS
