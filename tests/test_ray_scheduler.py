@@ -3,8 +3,12 @@
 
 The test starts a Ray cluster on this machine (CPU resources only, free ports,
 its own temp dir), records the shipped example against the CPU server with
-AReaL's RayScheduler, replays it on the same cluster with no server and no
-rollout worker, and ends every Ray process it started.
+AReaL's RayScheduler on two FSDP train workers, keeping a recover checkpoint
+after every step, replays its last step from the kept checkpoint on the same
+cluster with no server and no rollout worker, and ends every Ray process it
+started. (The same replay from step N under AReaL's local scheduler is the one a
+person runs most; both schedulers restore through the same controller code, so
+the suite runs it once, here.)
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ pytestmark = [pytest.mark.areal, pytest.mark.scheduler]
 
 EXPERIMENT = "tinydemo"
 STEPS = 2
+# Two train workers: the kept checkpoint is restored shard by shard.
+TRAIN_D2 = ["actor.backend=fsdp:d2", "allocation_mode=sglang:d1+fsdp:d2"]
 
 
 def _accepts(addr: str) -> bool:
@@ -79,7 +85,9 @@ def ray_cluster(ray_workdir):
         "--head",
         "--block",
         "--port=0",
-        "--num-cpus=3",
+        # One logical CPU per worker: two train workers, the rollout worker
+        # and AReaL's eval-rollout worker.
+        "--num-cpus=4",
         "--num-gpus=0",
         f"--memory={12 * 1024**3}",
         f"--object-store-memory={512 * 1024**2}",
@@ -134,6 +142,7 @@ def run_on_ray(workdir, ray_address, name, overrides, server_addr=None):
             "scheduler.type=ray",
             f"total_train_steps={STEPS}",
             "trial_name=ray",
+            *TRAIN_D2,
             *overrides,
         ],
     )
@@ -145,7 +154,15 @@ def ray_dump(ray_workdir, ray_cluster):
     proc, addr = start_server(ray_workdir, run_env(ray_workdir, sc=True))
     try:
         rc, log = run_on_ray(
-            ray_workdir, ray_cluster, "dump", ["debug.dump_rollout_data=true"], addr
+            ray_workdir,
+            ray_cluster,
+            "dump",
+            [
+                "debug.dump_rollout_data=true",
+                "recover.mode=on",
+                "++recover.freq_steps=1",
+            ],
+            addr,
         )
     finally:
         end_process(proc)
@@ -158,6 +175,7 @@ def test_dump_with_the_ray_scheduler(ray_workdir, ray_dump):
     reader = RecordingReader(recording_dir(str(ray_workdir), EXPERIMENT, "ray"))
     assert reader.available_steps() == list(range(STEPS))
     assert reader.manifest.config["scheduler"]["type"] == "ray"
+    assert reader.manifest.layout.world_size == 2
     # debug.deterministic (shipped config) reached the Ray actors' processes through
     # Ray's worker set-up hook: the actor and the rollout worker report it.
     workers = reader.manifest.worker_determinism
@@ -166,15 +184,28 @@ def test_dump_with_the_ray_scheduler(ray_workdir, ray_dump):
     ), workers
 
 
-def test_replay_with_the_ray_scheduler_is_bitwise(ray_workdir, ray_cluster, ray_dump):
+def test_replay_from_step_n_with_the_ray_scheduler_restores_the_kept_checkpoint(
+    ray_workdir, ray_cluster, ray_dump
+):
+    last = STEPS - 1
     rc, log = run_on_ray(
         ray_workdir,
         ray_cluster,
         "replay",
-        ["debug.replay_rollout_data=true", "debug.replay_trial_name=ray_replay"],
+        [
+            "debug.replay_rollout_data=true",
+            "debug.replay_trial_name=ray_replay",
+            f"debug.replay_start_step={last}",
+        ],
     )
     assert rc == 0, log[-4000:]
     assert_only_in_dump(ray_dump, log, ["role 'rollout'"])
+    assert f"recover checkpoint of step {last - 1} (kept with the recording)" in log
+    # The two workers' restored weights are the dump run's after that step.
+    assert (
+        f"Replay: the model is the recorded one (the dump run's weights after step "
+        f"{last - 1}" in log
+    )
     report = replay_report(str(ray_workdir), EXPERIMENT, "ray_replay")
+    assert [e["global_step"] for e in report["steps"]] == [last]
     assert_identical(report)
-    assert report["summary"]["steps"] == STEPS

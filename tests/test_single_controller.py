@@ -138,20 +138,8 @@ def test_same_mode_replay_is_bitwise_without_rollout_workers(sc_d2):
     assert_no_workers_left(sc_d2.workdir)
 
 
-def test_replay_from_step_n_restores_the_kept_checkpoint(sc_d2):
-    wd = sc_d2.workdir
-    run = replay(wd, SC, SC_TRIAL, "sc_from2", *TRAIN_D2, "debug.replay_start_step=2")
-    assert run.returncode == 0, run.log[-3000:]
-    assert "recover checkpoint of step 1 (kept with the recording)" in run.log
-    report = replay_report(str(wd), experiment=EXP, trial="sc_from2")
-    assert [e["global_step"] for e in report["steps"]] == [2]
-    assert_identical(report)
-    # The workers' restored weights are the dump run's after step 1.
-    assert (
-        "Replay: the model is the recorded one (the dump run's weights after step 1"
-        in (run.log)
-    )
-    assert_no_workers_left(wd)
+# A replay from step N in this mode, restoring a two-worker kept checkpoint:
+# tests/test_ray_scheduler.py (the same controller code under either scheduler).
 
 
 def test_single_controller_recording_replays_in_spmd_mode(sc_d2):
