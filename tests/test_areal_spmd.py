@@ -148,6 +148,7 @@ def test_two_heads_record_one_shard_each(spmd_d2):
     assert [s.num_trajectories for s in meta.shards] == [4, 4]
 
 
+@pytest.mark.each_areal
 def test_a_request_failed_on_the_second_head_pins_its_step(spmd_d2):
     """The second data-parallel head's engine failed one request while step
     SPMD_D2_FAILED_STEP's batch was prepared (AReaL main's refusal of a
