@@ -11,11 +11,17 @@ dropped):
 
 - a synchronous fetch on the training thread (what the dump would cost if it
   fetched inline);
-- the training thread's time with areal-debug's ``BatchFetcher``: handing the
-  batch over, then, after a simulated training step, waiting for the fetch to
-  be done (AReaL's clear_batches at step end must not drop the shards sooner).
+- a training step alone: real work on the training thread (float32 matrix
+  products, PyTorch's threads, with Python between them, as a step's loop has),
+  about ``--step-seconds`` long;
+- the same step with areal-debug's ``BatchFetcher``: handing the batch over,
+  the step running while the fetch does, then waiting for the fetch to be done
+  (AReaL's clear_batches at step end must not drop the shards sooner).
 
-The figure is the median over the repetitions of their ratio.
+The figure is the median over the repetitions of the step's extra time (the
+step with the fetch, hand-over and wait included, minus the step alone) against
+the synchronous fetch: what the background fetch still costs the training
+thread, the CPU it competes for included (a step that only slept would hide it).
 
     .venv/bin/python benchmarks/fetch_overhead.py [--prompts 128] [--step-seconds 2]
 """
@@ -98,6 +104,23 @@ def remotize(batch: list[dict], addr: str) -> list[dict]:
     return out
 
 
+def train_step(work: torch.Tensor, iterations: int) -> None:
+    """A stand-in for a training step's compute: matrix products (PyTorch's
+    threads, the GIL released) with Python between them."""
+    x = work
+    for _ in range(iterations):
+        x = torch.tanh(x @ work)
+
+
+def calibrate(work: torch.Tensor, seconds: float) -> int:
+    """Iterations of ``train_step`` that take about ``seconds`` alone."""
+    train_step(work, 3)  # warm-up
+    t0 = time.perf_counter()
+    train_step(work, 20)
+    per = (time.perf_counter() - t0) / 20
+    return max(1, round(seconds / per))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     ap.add_argument("--prompts", type=int, default=128)
@@ -108,7 +131,7 @@ def main() -> int:
         "--step-seconds",
         type=float,
         default=2.0,
-        help="simulated training between prepare_batch and clear_batches",
+        help="the training step's compute between prepare_batch and clear_batches",
     )
     args = ap.parse_args()
 
@@ -126,41 +149,59 @@ def main() -> int:
             assert torch.equal(fetched[0]["input_ids"], batch[0]["input_ids"])
             return took
 
-        def background() -> tuple[float, float]:
+        work = torch.randn(384, 384)
+        iterations = calibrate(work, args.step_seconds)
+
+        def step() -> float:
+            t0 = time.perf_counter()
+            train_step(work, iterations)
+            return time.perf_counter() - t0
+
+        def background() -> tuple[float, float, float]:
             t0 = time.perf_counter()
             future = fetcher.submit(remote)
             handover = time.perf_counter() - t0
-            time.sleep(args.step_seconds)  # the training step runs meanwhile
+            train_step(work, iterations)  # the training step runs meanwhile
             t1 = time.perf_counter()
             fetcher.wait()
             waited = time.perf_counter() - t1
+            total = time.perf_counter() - t0
             assert torch.equal(future.result()[0]["logprobs"], batch[0]["logprobs"])
-            return handover, waited
+            return total, handover, waited
 
-        pairs = repeat(lambda i: paired(i, inline, background), args.steps)
+        def measure(i: int):
+            sync, (alone, with_fetch) = paired(
+                i, inline, lambda: paired(i, step, background)
+            )
+            return sync, alone, with_fetch
+
+        pairs = repeat(measure, args.steps)
         fetcher.close()
     finally:
         node.kill()
         node.wait()
 
-    sync = statistics.median(s for s, _ in pairs)
-    handover = statistics.median(h for _, (h, _) in pairs)
-    waited = statistics.median(w for _, (_, w) in pairs)
+    sync = statistics.median(s for s, _, _ in pairs)
+    alone = statistics.median(a for _, a, _ in pairs)
+    total = statistics.median(t for _, _, (t, _, _) in pairs)
+    handover = statistics.median(h for _, _, (_, h, _) in pairs)
+    waited = statistics.median(w for _, _, (_, _, w) in pairs)
     print(
         f"# batch: {args.prompts * args.group} sequences x {args.seqlen} tokens, "
         f"{nbytes / 2**20:.1f} MiB of tensors in {len(remote) * len(remote[0])} "
-        f"RTensors, {args.steps} paired repetitions (medians)"
+        f"RTensors, {args.steps} repetitions (medians), {torch.get_num_threads()} "
+        "PyTorch thread(s)"
     )
     print(f"# synchronous fetch on the training thread: {sync * 1e3:.1f} ms")
     print(
-        f"# with BatchFetcher (step of {args.step_seconds:.1f} s): "
-        f"{(handover + waited) * 1e3:.2f} ms (handing over {handover * 1e3:.2f} ms, "
-        f"waiting at step end {waited * 1e3:.2f} ms)"
+        f"# training step alone: {alone * 1e3:.1f} ms; with BatchFetcher: "
+        f"{total * 1e3:.1f} ms (handing over {handover * 1e3:.2f} ms, waiting at "
+        f"step end {waited * 1e3:.2f} ms)"
     )
     emit(
         median_figure(
             "sc_fetch_blocking_vs_sync_fetch",
-            [(h + w) / s for s, (h, w) in pairs],
+            [max(0.0, t - a) / s for s, a, (t, _, _) in pairs],
             "<=",
             0.10,
         )
