@@ -11,17 +11,18 @@ dropped):
 
 - a synchronous fetch on the training thread (what the dump would cost if it
   fetched inline);
-- a training step alone: real work on the training thread (float32 matrix
-  products, PyTorch's threads, with Python between them, as a step's loop has),
-  about ``--step-seconds`` long;
+- a training step alone: real CPU work (float32 matrix products with Python
+  between them, about ``--step-seconds`` long) in a train-worker process, the
+  controller's thread waiting for it, as it waits for AReaL's train workers;
 - the same step with areal-debug's ``BatchFetcher``: handing the batch over,
   the step running while the fetch does, then waiting for the fetch to be done
   (AReaL's clear_batches at step end must not drop the shards sooner).
 
 The figure is the median over the repetitions of the step's extra time (the
 step with the fetch, hand-over and wait included, minus the step alone) against
-the synchronous fetch: what the background fetch still costs the training
-thread, the CPU it competes for included (a step that only slept would hide it).
+the synchronous fetch: what the background fetch still costs the step, the CPU
+it takes from a worker on the same host included (a step that only slept would
+hide it).
 
     .venv/bin/python benchmarks/fetch_overhead.py [--prompts 128] [--step-seconds 2]
 """
@@ -104,21 +105,45 @@ def remotize(batch: list[dict], addr: str) -> list[dict]:
     return out
 
 
-def train_step(work: torch.Tensor, iterations: int) -> None:
-    """A stand-in for a training step's compute: matrix products (PyTorch's
-    threads, the GIL released) with Python between them."""
+# A train worker: each line read is a training step of that many seconds of
+# compute (float32 matrix products with Python between them), answered when done.
+WORKER = """
+import sys, time, torch
+work = torch.randn(384, 384)
+def run(n):
     x = work
-    for _ in range(iterations):
+    for _ in range(n):
         x = torch.tanh(x @ work)
+run(3)
+t0 = time.perf_counter(); run(20); per = (time.perf_counter() - t0) / 20
+for line in sys.stdin:
+    run(max(1, round(float(line) / per)))
+    print("done", flush=True)
+"""
 
 
-def calibrate(work: torch.Tensor, seconds: float) -> int:
-    """Iterations of ``train_step`` that take about ``seconds`` alone."""
-    train_step(work, 3)  # warm-up
-    t0 = time.perf_counter()
-    train_step(work, 20)
-    per = (time.perf_counter() - t0) / 20
-    return max(1, round(seconds / per))
+class TrainWorker:
+    """The step runs in another process, as AReaL's train workers do in
+    single-controller mode; the controller's thread waits for it, as it waits
+    for their RPCs, while the fetch runs on its background thread."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", WORKER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def step(self) -> None:
+        self.proc.stdin.write(f"{self.seconds}\n")
+        self.proc.stdin.flush()
+        assert self.proc.stdout.readline().strip() == "done"
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
 
 
 def main() -> int:
@@ -149,19 +174,18 @@ def main() -> int:
             assert torch.equal(fetched[0]["input_ids"], batch[0]["input_ids"])
             return took
 
-        work = torch.randn(384, 384)
-        iterations = calibrate(work, args.step_seconds)
+        worker = TrainWorker(args.step_seconds)
 
         def step() -> float:
             t0 = time.perf_counter()
-            train_step(work, iterations)
+            worker.step()
             return time.perf_counter() - t0
 
         def background() -> tuple[float, float, float]:
             t0 = time.perf_counter()
             future = fetcher.submit(remote)
             handover = time.perf_counter() - t0
-            train_step(work, iterations)  # the training step runs meanwhile
+            worker.step()  # the training step runs meanwhile
             t1 = time.perf_counter()
             fetcher.wait()
             waited = time.perf_counter() - t1
@@ -177,6 +201,7 @@ def main() -> int:
 
         pairs = repeat(measure, args.steps)
         fetcher.close()
+        worker.close()
     finally:
         node.kill()
         node.wait()
