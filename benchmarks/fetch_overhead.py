@@ -163,6 +163,7 @@ def main() -> int:
     batch = rlvr_batch(args.prompts, args.group, args.seqlen)
     nbytes = sum(v.numel() * v.element_size() for t in batch for v in t.values())
     node, addr = start_node()
+    worker = None
     try:
         remote = remotize(batch, addr)
         fetcher = BatchFetcher()
@@ -201,8 +202,9 @@ def main() -> int:
 
         pairs = repeat(measure, args.steps)
         fetcher.close()
-        worker.close()
     finally:
+        if worker is not None:
+            worker.close()
         node.kill()
         node.wait()
 
