@@ -82,6 +82,7 @@ def production_gc_when_marked(request, monkeypatch):
         raised = gc.get_threshold()
         gc.set_threshold(*suite_gc.DEFAULT_THRESHOLD)
         request.addfinalizer(lambda: gc.set_threshold(*raised))
+        monkeypatch.setattr(gc, "collect", suite_gc.FULL_COLLECT)
 
 
 # The session recordings, by the group whose worker records them.

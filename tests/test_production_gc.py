@@ -33,6 +33,10 @@ def probe(*flags: str) -> tuple[tuple[int, ...], str | None]:
     return tuple(threshold), sitecustomize
 
 
+def full_collect_is_pythons() -> bool:
+    return type(gc.collect).__name__ == "builtin_function_or_method"
+
+
 def from_the_suite(sitecustomize: str | None) -> bool:
     return sitecustomize is not None and os.path.dirname(sitecustomize) == SITE
 
@@ -50,8 +54,10 @@ def test_a_production_gc_test_starts_its_processes_with_pythons_own_collector():
     assert threshold == interpreter_default()
     # Nor the freeze at exit.
     assert not from_the_suite(sitecustomize), sitecustomize
-    # This process too, while the test runs (a pytest-xdist worker loads it).
+    # This process too, while the test runs (a pytest-xdist worker loads it),
+    # an explicit collection included.
     assert gc.get_threshold() == interpreter_default()
+    assert full_collect_is_pythons()
 
 
 def test_other_tests_start_their_processes_with_the_suites_collector():
