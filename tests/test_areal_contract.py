@@ -376,6 +376,32 @@ def _():
 
 
 @check(
+    "trainer",
+    "PPOTrainer without an eval engine (a replay; a single-controller dump that never "
+    "evaluates): every use of self.eval_rollout guarded",
+)
+def _():
+    import inspect
+
+    cls = ppo_trainer()
+    source = inspect.getsource(cls)
+    uses = source.count("self.eval_rollout.")
+    guarded = source.count("if self.eval_rollout is not None:")
+    evaluate = inspect.getsource(cls._evaluate)
+    fn = inspect.getsource(cls._evaluate_fn)
+    # _evaluate returns at once without one; _evaluate_fn, its only caller's
+    # callee, has the two unguarded uses (submit, wait).
+    assert "self.eval_rollout is None" in evaluate
+    assert fn.count("self.eval_rollout.") == 2
+    # Every other use sits right under its guard.
+    lines = source.splitlines()
+    for i, line in enumerate(lines):
+        if "self.eval_rollout." in line and line.strip() not in fn:
+            assert "if self.eval_rollout is not None:" in lines[i - 1], line
+    assert uses - 2 <= guarded, (uses, guarded)
+
+
+@check(
     "trainer", "PPOTrainer.train: the teacher's log-probs per step (recorded, replayed)"
 )
 def _():

@@ -102,6 +102,10 @@ def test_single_controller_demo_records_and_replays_bit_for_bit(sc_d2):
     )
     assert "Kept the recover checkpoint of step 0" in sc_d2.run.log
     assert "Replay: recover.mode=on read as 'disabled'" in sc_d2.replay.log
+    # Nothing evaluates in the shipped config: the dump starts no idle
+    # eval-rollout worker (AReaL starts one in every run), and says so.
+    assert "AReaL's eval-rollout worker is not started" in sc_d2.run.log
+    assert "'eval-rollout'" not in sc_d2.run.log
 
 
 def test_demo_refuses_overrides_that_move_its_recording(tmp_path, capsys):

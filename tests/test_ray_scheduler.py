@@ -85,9 +85,9 @@ def ray_cluster(ray_workdir):
         "--head",
         "--block",
         "--port=0",
-        # One logical CPU per worker: two train workers, the rollout worker
-        # and AReaL's eval-rollout worker.
-        "--num-cpus=4",
+        # One logical CPU per worker: two train workers and the rollout worker
+        # (nothing evaluates: a dump starts no eval-rollout worker).
+        "--num-cpus=3",
         "--num-gpus=0",
         f"--memory={12 * 1024**3}",
         f"--object-store-memory={512 * 1024**2}",

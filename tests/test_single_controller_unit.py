@@ -309,3 +309,30 @@ def test_the_workers_actor_digests_the_weights_after_each_mini_batch():
     after = digest_hex(digest_pair(actor.model.weight))
     assert merged["global"]["weights"]["mini-batch 1 weight"][0] == after
     assert merged["global"]["weights"]["mini-batch 0 weight"][0] != after
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        ({}, False),
+        ({"freq_steps": 10}, True),
+        ({"freq_epochs": 1}, True),
+        ({"freq_secs": 600}, True),
+    ],
+)
+def test_only_a_run_that_evaluates_gets_an_eval_rollout_worker(overrides, expected):
+    """AReaL's own EvaluatorConfig: any frequency set means evaluation runs, so
+    the dump starts the eval-rollout worker as AReaL does."""
+    from areal.api.cli_args import EvaluatorConfig, GRPOConfig
+
+    from areal_debug.modes.dump import evaluates
+
+    config = GRPOConfig(
+        experiment_name="x",
+        trial_name="y",
+        evaluator=EvaluatorConfig(
+            experiment_name="x", trial_name="y", fileroot="/tmp", **overrides
+        ),
+    )
+    assert config.evaluator.freq_epochs is overrides.get("freq_epochs")
+    assert evaluates(config) is expected

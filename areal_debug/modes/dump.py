@@ -40,6 +40,15 @@ from areal_debug.recording.writer.start import (
 logger = get_logger("DebugDump")
 
 
+def evaluates(config) -> bool:
+    """Whether the run's evaluator ever fires (any of its frequencies set)."""
+    evaluator = getattr(config, "evaluator", None)
+    return evaluator is not None and any(
+        getattr(evaluator, f, None) is not None
+        for f in ("freq_epochs", "freq_steps", "freq_secs")
+    )
+
+
 class DumpMode(ActiveMode):
     name = "dump"
 
@@ -61,6 +70,18 @@ class DumpMode(ActiveMode):
 
     # -- building ------------------------------------------------------------------
     def build_inference_engine(self, default: Callable, rollout_config, is_eval, lora):
+        if (
+            is_eval
+            and self.topology.eval_engine_is_a_worker
+            and not evaluates(self.trainer.config)
+        ):
+            # AReaL starts it whether or not anything evaluates, and copes with
+            # none (its online mode has none): a process that would only idle.
+            logger.info(
+                "Dump: evaluation is off (evaluator.freq_epochs, freq_steps and "
+                "freq_secs unset): AReaL's eval-rollout worker is not started."
+            )
+            return None
         if self._sglang_guard is None:
             self._sglang_guard = relax_sglang_check()
         engine = (

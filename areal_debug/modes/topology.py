@@ -41,6 +41,9 @@ Batch = list[dict[str, Any]]
 
 class Topology:
     name: str
+    # AReaL's evaluation engine is a worker process of its own (single controller),
+    # not an object in the trainer's process.
+    eval_engine_is_a_worker = False
 
     def layout(self, trainer) -> Layout:
         raise NotImplementedError
@@ -216,6 +219,7 @@ class SpmdTopology(Topology):
 
 class SingleControllerTopology(Topology):
     name = SINGLE_CONTROLLER
+    eval_engine_is_a_worker = True
 
     def __init__(self):
         self.reaper = WorkerReaper()
