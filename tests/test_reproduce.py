@@ -77,28 +77,22 @@ def test_without_rng_restore_dropout_diverges(spmd_d1):
     assert step0["grads"] == step0["weights"] == "differs"
 
 
-def test_start_step_without_checkpoints_replays_from_the_first_step(spmd_d1, tmp_path):
-    # The same recording without its kept recover checkpoints.
-    copy = tmp_path / "rec"
+@pytest.fixture(scope="module")
+def clipped_to_step_1(spmd_d1, tmp_path_factory):
+    """One run for three facts: replay_end_step=1; a replay_start_step with no
+    kept recover checkpoint before it (the recording copied without them); and a
+    changed hyperparameter. (That the steps replayed from 0 are bitwise is the
+    whole recording's replay: test_restored_rng_makes_dropout_replay_bitwise.)"""
+    copy = tmp_path_factory.mktemp("clip") / "rec"
     shutil.copytree(spmd_d1.path, copy, ignore=shutil.ignore_patterns("recover"))
-    run = replay(
+    return replay(
         spmd_d1,
-        "start2",
-        "debug.replay_start_step=2",
-        "total_train_steps=3",
+        "clip",
+        "debug.replay_start_step=1",
+        "debug.replay_end_step=1",
+        "actor.eps_clip=0.01",
         path=str(copy),
     )
-    assert run.returncode == 0, run.log[-3000:]
-    assert "no recover checkpoint" in run.log and "replaying from step 0" in run.log
-    report = replay_report(str(spmd_d1.workdir), trial="start2")
-    assert [e["global_step"] for e in report["steps"]] == [0, 1, 2]
-    assert_identical(report)
-
-
-@pytest.fixture(scope="module")
-def clipped_to_step_1(spmd_d1):
-    """One run for two facts: replay_end_step=1, and a changed hyperparameter."""
-    return replay(spmd_d1, "clip", "debug.replay_end_step=1", "actor.eps_clip=0.01")
 
 
 def test_end_step_stops_after_it(spmd_d1, clipped_to_step_1):
@@ -106,6 +100,16 @@ def test_end_step_stops_after_it(spmd_d1, clipped_to_step_1):
     assert run.returncode == 0, run.log[-3000:]
     report = replay_report(str(spmd_d1.workdir), trial="clip")
     assert [e["global_step"] for e in report["steps"]] == [0, 1]
+
+
+def test_start_step_without_checkpoints_replays_from_the_first_step(
+    spmd_d1, clipped_to_step_1
+):
+    run = clipped_to_step_1
+    assert run.returncode == 0, run.log[-3000:]
+    assert "no recover checkpoint" in run.log and "replaying from step 0" in run.log
+    report = replay_report(str(spmd_d1.workdir), trial="clip")
+    assert report["steps"][0]["global_step"] == 0
 
 
 def test_changed_hyperparameter_is_reported_at_its_first_divergence(
