@@ -125,8 +125,12 @@ def dump_log(gsm8k_workdir, example) -> str:
 def test_dump_records_each_step_of_the_example(gsm8k_workdir, example, dump_log):
     # AReaL's rollout workers generated against the CPU server, through the
     # proxy where the workflow is an agent class.
-    for present in ("role 'rollout'", "role 'data", "role 'eval"):
+    for present in ("role 'rollout'", "role 'data"):
         assert present in dump_log, present
+    # The examples pass an eval workflow but set no evaluator frequency: the
+    # dump starts no idle eval-rollout worker, and says so.
+    assert "AReaL's eval-rollout worker is not started" in dump_log
+    assert "role 'eval" not in dump_log
     assert ("role 'proxy-rollout'" in dump_log) is example.proxy
     assert ("Initializing proxy workers" in dump_log) is example.proxy
     reader = RecordingReader(
@@ -159,7 +163,7 @@ def test_replay_is_bitwise_with_no_server_proxy_or_rollout_worker(
     assert rc == 0, log[-4000:]
     # Only the actor's worker: the dump's log has the others (asserted above).
     assert "Creating 1 workers for role 'actor'" in log
-    started = ["role 'rollout'", "role 'data", "role 'eval"]
+    started = ["role 'rollout'", "role 'data"]
     if example.proxy:
         started += ["role 'proxy", "Initializing proxy workers"]
     assert_only_in_dump(dump_log, log, started)
