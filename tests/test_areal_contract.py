@@ -827,6 +827,39 @@ def _():
     ]
 
 
+@check(
+    "single_controller",
+    "RolloutController: its workers build self.inf_engine (by name), swapped as "
+    "initialize starts; _collective_rpc(method) reaches every worker's engine",
+)
+def _():
+    from areal.infra.controller.rollout_controller import RolloutController
+
+    from areal_debug.single_controller.watched_engines import WATCHED
+
+    assert "self.inf_engine = inf_engine" in source(RolloutController.__init__)
+    create = source(RolloutController._async_initialize)
+    assert "engine_class = self.inf_engine" in create
+    assert 'f"{engine_class.__module__}.{engine_class.__name__}"' in create
+    assert params(RolloutController._collective_rpc) == [
+        "self",
+        "method",
+        "args",
+        "kwargs",
+    ]
+    # The swap happens before initialize reads anything else (a bare controller
+    # fails right after it), and is undone on leaving.
+    original = RolloutController.initialize
+    sglang = areal_compat.rollout_controller_class("sglang")
+    controller = object.__new__(RolloutController)
+    controller.inf_engine = sglang
+    with areal_compat.watch_rollout_workers(WATCHED):
+        with pytest.raises(AttributeError, match="rollout_alloc"):
+            controller.initialize(role="rollout")
+    assert areal_compat.rollout_worker_engine_class(controller) is WATCHED[sglang]
+    assert RolloutController.initialize is original
+
+
 @check("single_controller", "InferenceEngineConfig._version")
 def _():
     from areal.api.cli_args import InferenceEngineConfig

@@ -316,6 +316,22 @@ def test_a_logprob_fault_shifts_only_its_versions_tokens_and_samples_the_same(
             gen.load_weights(model)  # the next weight version, as AReaL's update
 
 
+def test_a_refused_version_refuses_its_first_prompt_only(tiny_assets):
+    """--refuse-version K: at weight version K, every request for the first
+    prompt asked (its group's samples, AReaL's retries) and no other."""
+    from areal_debug.tooling.cpu_server import CPUServer
+
+    model = str(tiny_assets / "model")
+    server = CPUServer(model, refuse_version=1)
+    other = PROMPT[::-1]
+    assert not server._refuses(PROMPT) and not server._refuses(other)  # version 0
+    server.gen.load_weights(model)
+    assert [server._refuses(p) for p in (other, PROMPT, other)] == [True, False, True]
+    server.gen.load_weights(model)
+    assert not server._refuses(other)  # version 2
+    server.worker.shutdown()
+
+
 @pytest.mark.each_areal
 def test_a_nan_fault_reaches_areals_client_and_a_refusal_is_noted_by_step(workdir):
     """The fault's NaN travels as JSON's NaN (what the engine computed; SGLang's

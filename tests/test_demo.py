@@ -3,12 +3,17 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 from support.harness import rpc_workers
-from support.recordings import SC_STEPS
+from support.recordings import SC_REFUSED_STEP, SC_STEPS
+
+from areal_debug.inspect.listing import pinned_steps
+from areal_debug.inspect.plot_recording import anomalies
+from areal_debug.recording.reader import RecordingReader
 
 pytestmark = [pytest.mark.areal, pytest.mark.each_areal]
 
@@ -106,6 +111,40 @@ def test_single_controller_demo_records_and_replays_bit_for_bit(sc_d2):
     # eval-rollout worker (AReaL starts one in every run), and says so.
     assert "AReaL's eval-rollout worker is not started" in sc_d2.run.log
     assert "'eval-rollout'" not in sc_d2.run.log
+
+
+@pytest.mark.scheduler
+def test_a_request_failed_in_a_rollout_worker_pins_its_step(sc_d2):
+    """The CPU server refused every request for one prompt of step 2 (503s, as
+    an engine refusing a NaN log-prob fails them on AReaL main): the rollouts
+    failed in the rollout worker's process, not the controller's, and AReaL
+    trained on a whole batch of others. The dump pinned the step, saying why."""
+    assert "Refusing every request for the first prompt at weight version 2" in (
+        (sc_d2.workdir / "server.log").read_text()
+    )
+    reader = RecordingReader(sc_d2.path)
+    fired = {a.step: a.reasons for a in anomalies(reader)}
+    assert SC_REFUSED_STEP in fired, fired
+    (reason,) = [r for r in fired[SC_REFUSED_STEP] if "rollout request" in r]
+    # One request per sample of the prompt's group, each failed after AReaL's
+    # retries; the first one's error names the worker and the HTTP refusal.
+    assert re.match(
+        r"\d+ rollout request\(s\) failed in the inference engine and their "
+        r"rollouts were rejected; the first: rollout worker 0: \w+",
+        reason,
+    ), reason
+    assert "503" in reason, reason
+    assert SC_REFUSED_STEP in pinned_steps(reader)
+    assert f"Anomaly at step {SC_REFUSED_STEP}: " in sc_d2.run.log
+    # No other step lost a rollout, and the refused step's batch is whole.
+    assert not any(
+        "rollout request" in r
+        for s, rs in fired.items()
+        for r in rs
+        if s != SC_REFUSED_STEP
+    )
+    sizes = {step: len(reader.load_shard(step, 0)) for step in range(SC_STEPS)}
+    assert len(set(sizes.values())) == 1, sizes
 
 
 def test_demo_refuses_overrides_that_move_its_recording(tmp_path, capsys):

@@ -79,6 +79,9 @@ SUBJECTS: dict[str, tuple[str, ...]] = {
         "inference_server_info",
         "rollout_controller_class",
         "rollout_controller_version",
+        "rollout_worker_engine_class",
+        "watch_rollout_workers",
+        "call_rollout_workers",
     ),
     "schedulers": (
         "scheduler_has_workers",

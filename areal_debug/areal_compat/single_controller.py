@@ -6,6 +6,8 @@ RTensors, and the rollout controller attached to running servers
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -104,3 +106,40 @@ def rollout_controller_version(rollout_config) -> str:
     """InferenceEngineConfig._version (areal/api/cli_args.py:2214 in 1.0.4, 2355 in
     2.0.0): v1 or v2."""
     return getattr(rollout_config, "_version", "v1")
+
+
+# -- the rollout controller's workers -----------------------------------------------------
+def rollout_worker_engine_class(controller: Any) -> type | None:
+    """The engine class a RolloutController's workers build (rollout_controller.py
+    ``self.inf_engine``: :79 in 1.0.4 and 2.0.0, :82 on main; sent to the workers
+    by module and name in ``_async_initialize``)."""
+    return getattr(controller, "inf_engine", None)  # none on RolloutControllerV2
+
+
+@contextmanager
+def watch_rollout_workers(watched: dict[type, type]) -> Iterator[None]:
+    """While inside, a RolloutController (v1) whose engine class is a key of
+    ``watched`` has its workers build the value instead: ``initialize``
+    (rollout_controller.py:158 in 1.0.4 and 2.0.0, :162 on main) creates the
+    workers' engines, and PPOTrainer builds and initialises the controller in one
+    call (``_init_rollout``), so the class is swapped as ``initialize`` starts."""
+    from areal.infra.controller.rollout_controller import RolloutController
+
+    original = RolloutController.__dict__["initialize"]
+
+    def initialize(self, *args, **kwargs):
+        self.inf_engine = watched.get(self.inf_engine, self.inf_engine)
+        return original(self, *args, **kwargs)
+
+    RolloutController.initialize = initialize
+    try:
+        yield
+    finally:
+        RolloutController.initialize = original
+
+
+def call_rollout_workers(controller: Any, method: str) -> list:
+    """Call ``method`` on every rollout worker's engine; each worker's result, in
+    rank order (rollout_controller.py ``_collective_rpc``: :670 in 1.0.4 and
+    2.0.0, :743 on main)."""
+    return controller._collective_rpc(method)

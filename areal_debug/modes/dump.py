@@ -84,23 +84,24 @@ class DumpMode(ActiveMode):
             return None
         if self._sglang_guard is None:
             self._sglang_guard = relax_sglang_check()
-        engine = (
-            None
-            if is_eval
-            else self.topology.attach_rollout(self.trainer, rollout_config)
-        )
-        if engine is None:
-            try:
-                engine = default(rollout_config, is_eval, lora)
-            except PackageNotFoundError as e:
-                if e.name != "sglang":
-                    raise
-                raise missing_sglang_error() from e
         if is_eval:
-            return engine
+            return self._build_engine(default, rollout_config, is_eval, lora)
+        # The rollout workers (single-controller) note the requests they fail on.
+        with self.topology.building_rollout():
+            engine = self.topology.attach_rollout(self.trainer, rollout_config)
+            if engine is None:
+                engine = self._build_engine(default, rollout_config, is_eval, lora)
         return self.topology.record_engine(
             engine, self._record_batch, self.patches, self.failures
         )
+
+    def _build_engine(self, default: Callable, rollout_config, is_eval, lora):
+        try:
+            return default(rollout_config, is_eval, lora)
+        except PackageNotFoundError as e:
+            if e.name != "sglang":
+                raise
+            raise missing_sglang_error() from e
 
     def build_teacher_engine(self, default: Callable, rollout_config):
         engine = self.topology.attach_teacher(self.trainer, rollout_config)
@@ -192,6 +193,9 @@ class DumpMode(ActiveMode):
             self.writer.submit_rng(step, states)
 
     def local_rollout_failures(self, step: int) -> list[str]:
+        # A rollout worker's failures: of the step whose end takes them.
+        for text in self.topology.worker_rollout_failures(self.trainer):
+            self.failures.note(step, text)
         return self.failures.reasons(step)  # taken every step: none pile up
 
     def on_step_stats(

@@ -49,16 +49,19 @@ class RolloutFailures:
                 try:
                     return await original(*args, **kwargs)
                 except Exception as e:
-                    with self._lock:
-                        self._failed.append(
-                            (self._step_of(), f"{type(e).__name__}: {e}")
-                        )
+                    self.note(self._step_of(), f"{type(e).__name__}: {e}")
                     raise
 
             return agenerate
 
         patches.wrap(engine, "agenerate", make)
         self.watched = engine
+
+    def note(self, step: int, text: str) -> None:
+        """A failed request of ``step`` (the watched engine's, or one a
+        single-controller rollout worker reported)."""
+        with self._lock:
+            self._failed.append((step, text))
 
     def reasons(self, step: int) -> list[str]:
         """Why ``step`` is anomalous: the failures up to it, then forgotten."""

@@ -11,6 +11,7 @@ RTensors, RPC workers that must end with it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch.distributed as dist
@@ -29,6 +30,10 @@ from areal_debug.single_controller.rtensor_bridge import (
 from areal_debug.single_controller.server_attach import (
     attach_rollout_controller,
     attach_teacher_controller,
+)
+from areal_debug.single_controller.watched_engines import (
+    WATCHED,
+    take_rollout_failures,
 )
 from areal_debug.single_controller.worker_reaper import WorkerReaper
 from areal_debug.stages.probes import StageProbes
@@ -68,6 +73,16 @@ class Topology:
     def attach_rollout(self, trainer, rollout_config) -> Any | None:
         """An inference engine attached to running servers, or None."""
         return None
+
+    def building_rollout(self) -> AbstractContextManager:
+        """Around the build of the rollout engine a dump records from: where its
+        workflows run in other processes, have them note the requests they fail on."""
+        return nullcontext()
+
+    def worker_rollout_failures(self, trainer) -> list[str]:
+        """The coordinator, at a step's end: the requests that failed in rollout
+        workers since the last call (none where the workflows run in this process)."""
+        return []
 
     def record_engine(self, engine, on_batch: Callable, patches, failures=None) -> Any:
         """Make ``engine`` hand each batch it returns to ``on_batch`` (and, where
@@ -245,11 +260,19 @@ class SingleControllerTopology(Topology):
     def attach_rollout(self, trainer, rollout_config):
         return attach_rollout_controller(trainer, rollout_config)
 
+    def building_rollout(self) -> AbstractContextManager:
+        # The workflows run in the rollout workers: they build AReaL's engine
+        # class noting failed requests (watched_engines), asked at each step's end.
+        return areal_compat.watch_rollout_workers(WATCHED)
+
+    def worker_rollout_failures(self, trainer) -> list[str]:
+        return take_rollout_failures(trainer.rollout)
+
     def record_engine(self, engine, on_batch, patches, failures=None):
         # The methods are replaced on the instance, not wrapped in another
         # object: AReaL checks isinstance(trainer.rollout, RolloutController).
-        # The workflows run in the rollout workers: their failures are not seen
-        # here (``failures`` unused).
+        # The workflows run in the rollout workers (``failures`` unused: see
+        # ``worker_rollout_failures``).
         fetcher = self._fetcher()
         for name in ("prepare_batch", "rollout_batch"):
 

@@ -16,7 +16,11 @@ from disk) runs on machines without a GPU. Endpoints:
 
 ``--logprob-fault SPEC`` (or ``AREAL_DEBUG_CPU_SERVER_LOGPROB_FAULT``) reports the
 sampling log-probs of one weight version (one step) shifted or NaN: a planted
-training-inference mismatch (``tooling/logprob_fault.py``).
+training-inference mismatch (``tooling/logprob_fault.py``). ``--refuse-version K``
+(or ``AREAL_DEBUG_CPU_SERVER_REFUSE``) answers 503 to every request, at weight
+version K (step K in a fresh run), for the first prompt asked at that version: a
+rollout that fails in the engine's client, as AReaL main fails one with a NaN
+log-prob.
 
 Generation runs on one worker thread in arrival order from one seeded RNG:
 deterministic for a given seed and request order.
@@ -219,11 +223,24 @@ class Generator:
         self.weight_version += 1
 
 
+#: Read when the server is started without ``--refuse-version``.
+REFUSE_ENV = "AREAL_DEBUG_CPU_SERVER_REFUSE"
+
+
 class CPUServer:
     def __init__(
-        self, model_path: str, seed: int = 0, fault: LogprobFault | None = None
+        self,
+        model_path: str,
+        seed: int = 0,
+        fault: LogprobFault | None = None,
+        refuse_version: int | None = None,
     ):
         self.gen = Generator(model_path, seed, fault)
+        self.refuse_version = refuse_version
+        # The prompt refused at that version (its group's requests, and their
+        # retries, all fail), and how many requests were refused.
+        self.refused_prompt: tuple[int, ...] | None = None
+        self.refused = 0
         # One worker: arrival order is generation order, so runs are reproducible.
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cpu-server")
         self.running = asyncio.Event()
@@ -237,9 +254,22 @@ class CPUServer:
         payload = await _json_body(request)
         ids, params = parse_generate(payload, self.gen.vocab_size)
         await self.running.wait()
+        if self._refuses(ids):
+            self.refused += 1
+            return web.json_response(
+                {"error": f"refused (--refuse-version {self.refuse_version})"},
+                status=503,
+            )
         result = await self._call(self.gen.generate, ids, params)
         self.requests += 1
         return web.json_response(result)
+
+    def _refuses(self, ids: list[int]) -> bool:
+        if self.gen.weight_version != self.refuse_version:
+            return False
+        if self.refused_prompt is None:
+            self.refused_prompt = tuple(ids)
+        return self.refused_prompt == tuple(ids)
 
     async def health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
@@ -251,6 +281,7 @@ class CPUServer:
                 "weight_version": self.gen.weight_version,
                 "paused": not self.running.is_set(),
                 "requests_served": self.requests,
+                "requests_refused": self.refused,
                 **self._fault_info(),
             }
         )
@@ -333,10 +364,16 @@ async def serve(
     seed: int,
     addr_file: str | None,
     fault: LogprobFault | None = None,
+    refuse_version: int | None = None,
 ):
-    server = CPUServer(model_path, seed, fault)
+    server = CPUServer(model_path, seed, fault, refuse_version)
     if fault is not None:
         logger.warning(f"Injecting a log-prob fault: {fault.describe()}")
+    if refuse_version is not None:
+        logger.warning(
+            f"Refusing every request for the first prompt at weight version "
+            f"{refuse_version}"
+        )
     runner = web.AppRunner(server.app(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
@@ -375,6 +412,14 @@ def main(argv: list[str] | None = None) -> None:
         "e.g. 'version=2,offset=4,share=0.25' or 'version=1,nan=true' "
         f"(default: ${logprob_fault.ENV})",
     )
+    ap.add_argument(
+        "--refuse-version",
+        type=int,
+        default=os.environ.get(REFUSE_ENV) or None,
+        metavar="K",
+        help="answer 503 to every request for the first prompt asked at weight "
+        f"version K (a rollout failing in the engine; default: ${REFUSE_ENV})",
+    )
     args = ap.parse_args(argv)
     try:
         fault = (
@@ -401,6 +446,7 @@ def main(argv: list[str] | None = None) -> None:
                 args.seed,
                 args.addr_file,
                 fault,
+                args.refuse_version,
             )
         )
     except KeyboardInterrupt:

@@ -13,7 +13,9 @@
   --nproc 2`` (the shipped example against the CPU server, then its replay by
   the demo's own ``run_replay.sh``), two FSDP workers, 3 steps with recover
   checkpoints; the server reports a quarter of step 1's sampled log-probs 4 nats
-  low (``SC_SPIKE``), which a user threshold pins.
+  low (``SC_SPIKE``), which a user threshold pins, and refuses every request for
+  one prompt of step ``SC_REFUSED_STEP`` (its rollouts fail in a rollout worker,
+  which pins the step).
 
 A test never writes into a recording: replays run under their own trial names.
 """
@@ -57,6 +59,9 @@ SC_SPIKE = f"version={SC_SPIKE_STEP},offset={-SC_SPIKE_NATS},share=0.25"
 # 3 steps are too few for the running-median trigger (it starts at the 6th): a
 # threshold, far above the clean steps' gap (thousandths of a nat).
 SC_SPIKE_THRESHOLD = "areal_debug/mismatch/abs_diff/max > 1"
+# The server refuses the first prompt it is asked at this weight version (step):
+# its group's requests fail in the rollout worker's engine and are rejected.
+SC_REFUSED_STEP = 2
 
 
 @dataclass
@@ -170,7 +175,9 @@ def sc_d2(tmp_path_factory) -> Demo:
         # page's pairing by tokens (tests/test_html_report.py).
         "debug.record_stage_tensors=true",
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    from areal_debug.tooling.cpu_server import REFUSE_ENV
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", REFUSE_ENV: str(SC_REFUSED_STEP)}
     rc, output = run_logged(cmd, str(d), "demo", env, 900)
     assert rc == 0, output[-3000:]
     logs = {name: (wd / f"{name}.log").read_text() for name in ("dump", "replay")}
