@@ -86,6 +86,9 @@ bench: setup
 	run replay_wait $$one benchmarks/replay_wait.py --workdir $$d; \
 	run compression $$one benchmarks/compression.py --workdir $$d --reuse; \
 	run stage_digest_cost $$one benchmarks/stage_digest_cost.py --workdir $$d --reuse; \
+	run recorder_memory $$one benchmarks/recorder_memory.py; \
+	run end_to_end $$one benchmarks/end_to_end.py; \
+	run step_n $$one benchmarks/step_n.py; \
 	rm -rf $$d; \
 	if [ -n "$$failed" ]; then echo "make bench: a MISS, SKIP or error in:$$failed" >&2; exit 1; fi
 

@@ -9,6 +9,7 @@ import argparse
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from areal_debug.tooling.demo import EXPERIMENT, TRIAL
@@ -27,6 +28,20 @@ def run_demo(workdir: Path, steps: int) -> None:
     if demo.returncode != 0:
         print(demo.stdout[-2000:] + demo.stderr[-2000:], file=sys.stderr)
         raise SystemExit(1)
+
+
+def run_logged(wd: Path, name: str, cmd: list[str], env: dict) -> float:
+    """Run ``cmd`` logging to ``wd/<name>.log``; its wall time. On a failure,
+    exit naming the run, with its log's tail."""
+    t0 = time.monotonic()
+    with open(wd / f"{name}.log", "w") as log:
+        rc = subprocess.run(
+            cmd, env=env, stdout=log, stderr=subprocess.STDOUT
+        ).returncode
+    if rc != 0:
+        tail = (wd / f"{name}.log").read_text(errors="replace")[-3000:]
+        raise SystemExit(f"the {name} run in {wd} failed ({rc}):\n{tail}")
+    return time.monotonic() - t0
 
 
 def demo_recording(workdir: Path) -> str:

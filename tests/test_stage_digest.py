@@ -75,6 +75,10 @@ def test_large_tensors_are_digested_in_chunks_exactly(monkeypatch):
 
     t = torch.randn(10_000)
     whole = hexof(t)
+    monkeypatch.setattr(stage_digest, "_CPU_CHUNK", 333)
+    assert hexof(t) == whole
+    # As on an accelerator (its chunk size), the same digest.
+    monkeypatch.setattr(stage_digest, "_on_cpu", lambda device: False)
     monkeypatch.setattr(stage_digest, "_CHUNK", 333)
     assert hexof(t) == whole
 
@@ -226,6 +230,9 @@ def test_many_tensors_at_once_digest_as_one_at_a_time(monkeypatch):
     ]
     offsets = [0, 0, 3, 10, 0, 17]
     one_by_one = torch.stack([digest_pair(t, o) for t, o in zip(tensors, offsets)])
+    assert torch.equal(digest_pairs(tensors, offsets), one_by_one)
+    # The segment sums an accelerator takes, run here: the same digests.
+    monkeypatch.setattr(stage_digest, "_on_cpu", lambda device: False)
     assert torch.equal(digest_pairs(tensors, offsets), one_by_one)
     # Groups cut at the chunk size, and a tensor larger than a chunk alone.
     monkeypatch.setattr(stage_digest, "_CHUNK", 20)
