@@ -20,8 +20,11 @@ first step (start-up, compilation) is left out.
 - ``recording_on_vs_off_step_time``: the same run with ``debug.dump_rollout_data``
   on (stage digests and kept trainer log-probs at their defaults) against off,
   in pairs, alternating which runs first, each run a fresh trainer and a fresh
-  server (the same seed: the same rollouts). Per pair: the whole on-time over the
-  whole off-time, minus 1; the median of the pairs. Target 0.03: a recorder left
+  server (the same seed and data order: the same prompts at each step). Each
+  step is paired with the same step of the other run of its pair: its on-time
+  over its off-time, minus 1; the median over every step of every pair (runs of
+  the same setting differ by a few percent, as much as the cost measured: the
+  more pairs of steps, the steadier the median). Target 0.03: a recorder left
   on for a whole run must cost less than the run-to-run spread users already
   accept.
 - ``replay_step_vs_recorded_step_time``: the last dump's recording replayed (the
@@ -200,7 +203,7 @@ def main(argv=None) -> int:
             shutil.rmtree(root, ignore_errors=True)
     overheads = []
     for (_, off), (_, on) in pairs:
-        overheads.append(sum(on) / sum(off) - 1)
+        overheads += [b / a - 1 for a, b in zip(off, on, strict=True)]
         print(
             f"# pair: off {statistics.mean(off):.2f} s a step, on "
             f"{statistics.mean(on):.2f} s ({len(on)} steps each, the first left out)"
