@@ -152,9 +152,9 @@ def demo_bytes(path: str) -> tuple[int, int, int, int]:
     reader = RecordingReader(path)
     on_disk = torch_saved = 0
     for step in reader.available_steps():
-        for shard, entry in enumerate(reader.step_meta(step)["shards"]):
-            on_disk += entry["bytes"]
-            torch_saved += len(saved(reader.load_shard(step, shard)))
+        for shard in reader.step_meta(step).shards:
+            on_disk += shard.entry.bytes
+            torch_saved += len(saved(reader.load_shard(step, shard.shard)))
     files = sum(
         os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs
     )
