@@ -42,7 +42,6 @@ import json
 import os
 import random
 import re
-import shutil
 import statistics
 import sys
 import tempfile
@@ -199,8 +198,6 @@ def main(argv=None) -> int:
         )
         last_on = pairs[-1][1]
         replayed = runs.replay(last_on[0])
-        if args.workdir is None:
-            shutil.rmtree(root, ignore_errors=True)
     overheads = []
     for (_, off), (_, on) in pairs:
         overheads += [b / a - 1 for a, b in zip(off, on, strict=True)]

@@ -26,8 +26,8 @@ wait is start-up either way, and the bar is set for that case.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
         wd = Path(args.workdir or tmp).resolve()
         wd.mkdir(parents=True, exist_ok=True)
         script = record(wd)
-        count = iter(range(1000))
+        count = itertools.count()
 
         def replay(*overrides: str) -> float:
             name = f"replay{next(count)}"
@@ -91,8 +91,6 @@ def main(argv=None) -> int:
             args.repeats,
             warmup=0,
         )
-        if args.workdir is None:
-            shutil.rmtree(wd, ignore_errors=True)
     for from_zero, from_kept in times:
         print(
             f"# step {STEP_N} back in {from_kept:.1f} s from the checkpoint of step "

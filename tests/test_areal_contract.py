@@ -13,6 +13,7 @@ is named ``<module>: <what moved>``.
 from __future__ import annotations
 
 import ast
+import asyncio
 import importlib
 import inspect
 import os
@@ -651,7 +652,8 @@ def _():
 
 @check(
     "engines",
-    "workflow_engine: the engine a rollout engine's workflows call agenerate on",
+    "workflow_engine: the engine a rollout engine's workflows call agenerate on; "
+    "note_agenerate_failures",
 )
 def _():
     from areal.engine.sglang_remote import RemoteSGLangEngine
@@ -674,6 +676,22 @@ def _():
     )()
     assert areal_compat.workflow_engine(engine) is inner
     assert areal_compat.workflow_engine(object()) is None
+
+    # Its agenerate's exceptions are noted, then raised on, as AReaL's executor
+    # catches them; a result passes through.
+    class Inner:
+        async def agenerate(self, req):
+            if req is None:
+                raise ValueError("got nan")
+            return req
+
+    noted, patches, target = [], areal_compat.MethodPatches(), Inner()
+    areal_compat.note_agenerate_failures(target, patches, noted.append)
+    assert asyncio.run(target.agenerate(1)) == 1
+    with pytest.raises(ValueError, match="got nan"):
+        asyncio.run(target.agenerate(None))
+    patches.remove_all()
+    assert noted == ["ValueError: got nan"]
 
 
 # -- sglang version guard (areal/utils/pkg_version.py, api/cli_args.py) ---------------

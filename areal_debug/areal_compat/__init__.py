@@ -64,6 +64,7 @@ SUBJECTS: dict[str, tuple[str, ...]] = {
         "ROLLOUT_ENGINE_CALLERS",
         "TEACHER_ENGINE_CALLERS",
         "workflow_engine",
+        "note_agenerate_failures",
         "MethodPatches",
         "SglangGuard",
     ),

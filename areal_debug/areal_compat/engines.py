@@ -102,6 +102,26 @@ def workflow_engine(engine: Any) -> Any | None:
     return getattr(executor, "inference_engine", None)
 
 
+def note_agenerate_failures(
+    engine: Any, patches: MethodPatches, note: Callable[[str], None]
+) -> None:
+    """Wrap ``engine.agenerate`` (a ``workflow_engine``) so that each exception it
+    raises is handed to ``note`` as ``"Type: message"``, then raised on: AReaL's
+    workflow executor logs such a rollout and rejects it, leaving no other trace."""
+
+    def make(original):
+        async def agenerate(*args, **kwargs):
+            try:
+                return await original(*args, **kwargs)
+            except Exception as e:
+                note(f"{type(e).__name__}: {e}")
+                raise
+
+        return agenerate
+
+    patches.wrap(engine, "agenerate", make)
+
+
 # -- instance patches (where AReaL offers no hook) ---------------------------------------
 class MethodPatches:
     """Instance attributes replacing AReaL methods, installed and removed here only.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import platform
 from collections.abc import Callable
+from contextlib import nullcontext
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as pkg_version
 from typing import Any
@@ -86,8 +87,10 @@ class DumpMode(ActiveMode):
             self._sglang_guard = relax_sglang_check()
         if is_eval:
             return self._build_engine(default, rollout_config, is_eval, lora)
-        # The rollout workers (single-controller) note the requests they fail on.
-        with self.topology.building_rollout():
+        # The rollout workers (single-controller) note the requests they fail on,
+        # for a dump that pins: asked at every step's end, one RPC per worker.
+        watching = self.topology.building_rollout() if self.detector else nullcontext()
+        with watching:
             engine = self.topology.attach_rollout(self.trainer, rollout_config)
             if engine is None:
                 engine = self._build_engine(default, rollout_config, is_eval, lora)

@@ -43,18 +43,9 @@ class RolloutFailures:
 
     def watch(self, engine: Any, patches) -> None:
         """Note each exception of ``engine.agenerate`` (then raised on)."""
-
-        def make(original):
-            async def agenerate(*args, **kwargs):
-                try:
-                    return await original(*args, **kwargs)
-                except Exception as e:
-                    self.note(self._step_of(), f"{type(e).__name__}: {e}")
-                    raise
-
-            return agenerate
-
-        patches.wrap(engine, "agenerate", make)
+        areal_compat.note_agenerate_failures(
+            engine, patches, lambda text: self.note(self._step_of(), text)
+        )
         self.watched = engine
 
     def note(self, step: int, text: str) -> None:

@@ -36,19 +36,14 @@ class FailureNotes:
         target = areal_compat.workflow_engine(self)
         if target is not None:
             self._failure_patches = MethodPatches()
-            self._failure_patches.wrap(target, "agenerate", self._noting)
+            areal_compat.note_agenerate_failures(
+                target, self._failure_patches, self._note_failure
+            )
         return result
 
-    def _noting(self, agenerate):
-        async def noted(*args, **kwargs):
-            try:
-                return await agenerate(*args, **kwargs)
-            except Exception as e:
-                with self._failure_lock:
-                    self._failure_notes.append(f"{type(e).__name__}: {e}")
-                raise
-
-        return noted
+    def _note_failure(self, text: str) -> None:
+        with self._failure_lock:
+            self._failure_notes.append(text)
 
     def take_rollout_failures(self) -> list[str]:
         """The failures noted since the last call (``"ExceptionType: message"``)."""

@@ -32,14 +32,12 @@ _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 # float32 values on one thread here.
 _CHUNK = 1 << 24
 _CPU_CHUNK = 1 << 16
+_MASK = (1 << 64) - 1
 
 
 def _on_cpu(device: torch.device) -> bool:
     """Where a kernel call costs no launch and memory, not arithmetic, is slow."""
     return device.type == "cpu"
-
-
-_MASK = (1 << 64) - 1
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
