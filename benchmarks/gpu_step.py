@@ -52,7 +52,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from dump_overhead import new_writer, rlvr_batch  # noqa: E402
 from figures import emit, exit_status, median_figure, repeat  # noqa: E402
 
-from areal_debug.stages.digest import StageLog  # noqa: E402
+from areal_debug.stages.digest import (  # noqa: E402
+    StageLog,
+    _sums_of_squares,
+    digest_pairs,
+)
 from areal_debug.stages.names import mini_batch_name, trajectory_name  # noqa: E402
 
 
@@ -225,6 +229,25 @@ def record_step(path: str, step: int, batch: list[dict], device: Device):
     return blocked, stored
 
 
+def digests_match_the_cpus(step: ModelStep, batch: list[dict]) -> str:
+    """A check before any figure: the device's digests of the model's weights and
+    the rollout batch (the segment path, chunks, wrap-around) are the CPU's,
+    bit for bit, and its sums of squares agree. A fast digest that differs
+    would make every recording on that device unreplayable elsewhere."""
+    tensors = [p for _, p in step.params] + [v for t in batch for v in t.values()]
+    offsets = [i * 7 for i in range(len(tensors))]
+    here = digest_pairs(tensors, offsets).cpu()
+    there = digest_pairs([t.cpu() for t in tensors], offsets)
+    if not torch.equal(here, there):
+        bad = int((here != there).any(1).nonzero()[0])
+        raise SystemExit(f"digest of tensor {bad} on {step.device.name} differs")
+    sq = torch.stack(_sums_of_squares([p.grad for _, p in step.params[:8]]))
+    sq_cpu = torch.stack(_sums_of_squares([p.grad.cpu() for _, p in step.params[:8]]))
+    if not torch.allclose(sq.cpu(), sq_cpu, rtol=1e-9, atol=0):
+        raise SystemExit(f"sums of squares on {step.device.name} differ")
+    return f"{len(tensors)} tensors' digests equal the CPU's"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shape", choices=sorted(SHAPES), default=None)
@@ -243,9 +266,20 @@ def main(argv=None) -> int:
         def measure(i: int) -> tuple[float, float, float, float]:
             train, digest = step.run()
             blocked, stored = record_step(os.path.join(tmp, f"r{i}"), i, batch, device)
+            # One line a step, so that a run stopped at a lent machine's time
+            # limit still says how far it got and what each step took.
+            print(
+                f"#   step {i}{' (warm-up)' if i == 0 else ''}: training "
+                f"{train:.2f} s, digests {digest * 1e3:.1f} ms, hand-over "
+                f"{blocked * 1e3:.1f} ms, stored in {stored:.2f} s",
+                flush=True,
+            )
             return train, digest, blocked, stored
 
         runs = repeat(measure, args.runs)
+    # Gradients for the check (each mini-batch's optimizer step drops its own).
+    step.model(input_ids=step.ids[:1]).logits.float().mean().backward()
+    print(f"# {digests_match_the_cpus(step, batch)}", flush=True)
     train = statistics.median(r[0] for r in runs)
     print(
         f"# {device.describe()}: {shape_name}, {params / 1e6:.1f}M params, "

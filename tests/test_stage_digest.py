@@ -239,6 +239,17 @@ def test_many_tensors_at_once_digest_as_one_at_a_time(monkeypatch):
     assert torch.equal(digest_pairs(tensors, offsets), one_by_one)
 
 
+def test_sums_of_squares_agree_on_either_path(monkeypatch):
+    from areal_debug.stages import digest as stage_digest
+
+    tensors = [torch.randn(5, 3), torch.randn(0), torch.randn(100).bfloat16()]
+    exact = [float(t.double().pow(2).sum()) for t in tensors]
+    for on_cpu in (True, False):
+        monkeypatch.setattr(stage_digest, "_on_cpu", lambda device: on_cpu)
+        got = [float(v) for v in stage_digest._sums_of_squares(tensors)]
+        assert got == pytest.approx(exact, rel=1e-12)
+
+
 def test_a_failing_digest_never_reaches_the_training_step():
     from areal_debug.stages.probes import StageProbes
 
