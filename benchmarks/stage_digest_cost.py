@@ -48,8 +48,8 @@ from figures import emit, exit_status, median_figure, repeat  # noqa: E402
 
 from areal_debug.recording.format import STAGES_FILE, STATS  # noqa: E402
 from areal_debug.stages import mismatch  # noqa: E402
-from areal_debug.stages.digest import StageLog  # noqa: E402
 from areal_debug.stages.names import mini_batch_name, trajectory_name  # noqa: E402
+from areal_debug.stages.stage_log import StageLog  # noqa: E402
 from areal_debug.tooling.tiny_task import build_tiny_model  # noqa: E402
 
 TRAIN_TIMINGS = (

@@ -263,7 +263,8 @@ def test_the_workers_actor_digests_the_weights_after_each_mini_batch():
         StageProbedEngine,
         WorkerStageProbes,
     )
-    from areal_debug.stages.digest import digest_hex, digest_pair, merge_global
+    from areal_debug.stages.digest import digest_hex, digest_pair
+    from areal_debug.stages.stage_log import merge_global
 
     class Actor(StageProbedEngine):
         def __init__(self):

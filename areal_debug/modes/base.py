@@ -14,10 +14,10 @@ from areal_debug.config import DebugConfig
 from areal_debug.logs import get_logger
 from areal_debug.modes.step_clock import StepClock
 from areal_debug.single_controller.probed_engines import WorkerStageProbes
-from areal_debug.stages.digest import merge_global
 from areal_debug.stages.names import MODEL_STAGE
 from areal_debug.stages.probes import StageProbes
 from areal_debug.stages.record import StageRecord
+from areal_debug.stages.stage_log import merge_global
 
 logger = get_logger("DebugMode")
 # Under <fileroot>/<experiment>/<trial>/: each RPC worker's settings, as it reported them.

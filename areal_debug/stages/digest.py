@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Exact tensor digests computed where the tensor lives, and one step's log of them.
+"""Exact tensor digests, computed where the tensor lives.
 
 A digest is two 64-bit integer sums over a tensor's bit patterns, read as
 integers: ``s1 = sum(b_i)`` and ``s2 = sum(b_i * (i + 1))`` with ``i`` the
@@ -10,29 +10,35 @@ reduction is split, and the digest of a sharded tensor is the sum of its
 shards' digests: each data-parallel rank digests its own shard and the small
 pairs are summed across ranks.
 
-The cost is one read of the tensor on its device (plus an int64 copy of one
-chunk at a time) and one transfer of 16 bytes per tensor at the end of a step.
+Two ways to the same sums, one per kind of device:
+
+- on the CPU, where a call costs nothing and memory is slow, each tensor on its
+  own, element by element with its index, in cache-sized chunks;
+- on an accelerator, where each kernel launch costs tens of microseconds and a
+  model has hundreds of tensors, all of a call's tensors together by row sums
+  (``_row_sums``): a fixed number of kernels per 16 M elements and per call,
+  not per tensor. The stage digests of a training step are then a few hundred
+  launches, where one set per tensor was ten thousand (a second of a 1.5B
+  model's 36 s step on an H200).
 """
 
 from __future__ import annotations
 
-import math
-import time
-from dataclasses import dataclass, field
-from typing import Any
-
 import torch
 
-from areal_debug.stages.names import GLOBAL_STAGES, WEIGHTS_PER_MINI_BATCH
-
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-# Elements digested per pass: bounds the int64 temporaries (128 MiB each). On
-# the CPU a pass that fits in the core's cache (512 KiB temporaries) is several
-# times faster than one that streams through memory: 13 ms against 94 ms for 7 M
+# Elements digested per pass: bounds the temporaries (128 MiB each). On the CPU a
+# pass that fits in the core's cache (512 KiB temporaries) is several times
+# faster than one that streams through memory: 13 ms against 94 ms for 7 M
 # float32 values on one thread here.
 _CHUNK = 1 << 24
 _CPU_CHUNK = 1 << 16
+# Elements per row of the row sums: at most 2**10 for them to be exact (see
+# _row_sums), and a divisor of _CHUNK, so that chunks of a tensor are whole rows.
+_ROW = 1 << 10
 _MASK = (1 << 64) - 1
+# The row sums' right-hand side, per device: a column of ones, a column of 0..ROW-1.
+_ROW_WEIGHTS: dict[torch.device, torch.Tensor] = {}
 
 
 def _on_cpu(device: torch.device) -> bool:
@@ -50,81 +56,9 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return x.contiguous().reshape(-1).view(_INT_OF_SIZE[x.element_size()])
 
 
-def digest_pair(t: torch.Tensor, offset: int = 0) -> torch.Tensor:
-    """``[s1, s2]`` (int64, on ``t``'s device) of ``t``'s bits; ``offset`` is the
-    flat index of ``t``'s first element in the whole tensor it is a shard of."""
-    bits = _bits(t)
-    out = torch.zeros(2, dtype=torch.int64, device=bits.device)
-    step = _CPU_CHUNK if _on_cpu(bits.device) else _CHUNK
-    for start in range(0, bits.numel(), step):
-        chunk = bits[start : start + step].to(torch.int64)
-        first = offset + start + 1
-        index = torch.arange(
-            first, first + chunk.numel(), dtype=torch.int64, device=chunk.device
-        )
-        out[0] += chunk.sum()
-        out[1] += (chunk * index).sum()
-    return out
-
-
-def digest_pairs(tensors: list[torch.Tensor], offsets: list[int]) -> torch.Tensor:
-    """``digest_pair`` of many tensors, ``[n, 2]``, with a fixed number of kernels
-    per group of small tensors (one concatenation, segment sums) instead of a few
-    per tensor: a model's parameters or a batch's trajectories cost a handful of
-    device calls, not hundreds. On the CPU a call costs no launch, and the
-    segment sums' extra passes over memory are what is slow there: each tensor is
-    digested on its own (20 ms against 190 ms for 6 M values in 46 tensors here)."""
-    out = [None] * len(tensors)
-    groups: dict[tuple, list[int]] = {}
-    for i, t in enumerate(tensors):
-        if _on_cpu(t.device):
-            out[i] = digest_pair(t, offsets[i])
-        else:
-            groups.setdefault((t.device, _bits(t).dtype), []).append(i)
-    for members in groups.values():
-        batch: list[int] = []
-        total = 0
-        for i in [*members, None]:
-            n = tensors[i].numel() if i is not None else 0
-            if batch and (i is None or total + n > _CHUNK):
-                for j, pair in zip(batch, _segment_digests(tensors, offsets, batch)):
-                    out[j] = pair
-                batch, total = [], 0
-            if i is None:
-                break
-            if n > _CHUNK:
-                out[i] = digest_pair(tensors[i], offsets[i])
-            else:
-                batch.append(i)
-                total += n
-    if not out:
-        return torch.zeros((0, 2), dtype=torch.int64)
-    return torch.stack(out)
-
-
-def _segment_digests(tensors, offsets, batch: list[int]) -> torch.Tensor:
-    """The digests of ``batch``'s tensors, concatenated, as differences of prefix
-    sums: the sum over a segment is ``prefix[end] - prefix[start]``, which wraps
-    modulo 2**64 as the sum itself does. A scatter into a few segments
-    (``index_add_``) serialises on a GPU's atomics: it took 24 s of a 37 s step
-    for the weights and gradients of a 1.5B-parameter model on an H200."""
-    bits = torch.cat([_bits(tensors[i]) for i in batch]).to(torch.int64)
-    device = bits.device
-    sizes = torch.tensor([tensors[i].numel() for i in batch], device=device)
-    ends = torch.cumsum(sizes, 0)
-    starts = ends - sizes
-    s1 = _segment_sums(bits, starts, ends)
-    s2 = _segment_sums(bits * torch.arange(bits.numel(), device=device), starts, ends)
-    # Element j of a segment is at position start + j of the concatenation and
-    # has index offset + j + 1: sum(b * index) = sum(b * position) + (offset +
-    # 1 - start) * sum(b).
-    first = torch.tensor([offsets[i] + 1 for i in batch], device=device)
-    return torch.stack([s1, s2 + (first - starts) * s1], 1)
-
-
-def _segment_sums(x: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor):
-    prefix = torch.cat([x.new_zeros(1), torch.cumsum(x, 0)])
-    return prefix[ends] - prefix[starts]
+def _int64(x: int) -> int:
+    """``x`` modulo 2**64, as the signed value an int64 tensor holds."""
+    return (x + (1 << 63)) % (1 << 64) - (1 << 63)
 
 
 def digest_hex(pair) -> str:
@@ -133,172 +67,164 @@ def digest_hex(pair) -> str:
     return f"{s1:016x}{s2:016x}"
 
 
-@dataclass
-class StageEntry:
-    """One tensor of one stage, before the step's single transfer to the host."""
-
-    pair: torch.Tensor
-    # A magnitude to say "by how much" without the tensor: a loss value, a grad norm.
-    # Sums of squares for sharded tensors (summed across ranks, square-rooted later).
-    sumsq: torch.Tensor | None = None
-    value: torch.Tensor | None = None
+def digest_pair(t: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    """``[s1, s2]`` (int64, on ``t``'s device) of ``t``'s bits; ``offset`` is the
+    flat index of ``t``'s first element in the whole tensor it is a shard of."""
+    return digest_pairs([t], [offset])[0]
 
 
-@dataclass
-class StageLog:
-    """Everything one rank digested during one step, stage by stage."""
-
-    # Stages whose full tensors are kept too (a subset of TOKEN_STAGES).
-    keep: frozenset[str] = frozenset()
-    entries: dict[str, dict[str, StageEntry]] = field(default_factory=dict)
-    # The kept tensors by (stage, name); StageRecord.keyed_tensors names them.
-    tensors: dict[tuple[str, str], torch.Tensor] = field(default_factory=dict)
-    counters: dict[str, int] = field(default_factory=dict)
-    # Time spent digesting on this rank (host wall clock; the transfer in
-    # to_host waits for the device), for the cost figure in stages.json.
-    seconds: float = 0.0
-
-    def next_index(self, counter: str) -> int:
-        """0, 1, 2... per counter name (mini-batches, micro-batches, calls)."""
-        n = self.counters.get(counter, 0)
-        self.counters[counter] = n + 1
-        return n
-
-    def add(
-        self,
-        stage: str,
-        name: str,
-        t: torch.Tensor,
-        *,
-        offset: int = 0,
-        norm: bool = False,
-        value: bool = False,
-    ) -> None:
-        t0 = time.perf_counter()
-        entry = StageEntry(digest_pair(t, offset))
-        if norm:
-            entry.sumsq = t.detach().double().pow(2).sum()
-        if value:
-            entry.value = t.detach().double().reshape(-1)[:1].sum()
-        self.entries.setdefault(stage, {})[name] = entry
-        if stage in self.keep:
-            self.tensors[(stage, name)] = t.detach().to("cpu", copy=True)
-        self.seconds += time.perf_counter() - t0
-
-    def adopt(self, other: StageLog) -> None:
-        """Take ``other``'s digests (and its time) into this log: a stage
-        digested on its own, once, that belongs to this step too."""
-        for stage, names in other.entries.items():
-            self.entries.setdefault(stage, {}).update(names)
-        self.tensors.update(other.tensors)
-        self.seconds += other.seconds
-
-    def keep_only(self, stage: str, name: str, t: torch.Tensor) -> None:
-        """Keep ``t`` beside the stage's kept tensors, undigested: what identifies
-        a row (its tokens), not a result a replay compares."""
-        if stage in self.keep:
-            self.tensors[(stage, name)] = t.detach().to("cpu", copy=True)
-
-    def add_many(
-        self,
-        stage: str,
-        items: list[tuple[str, torch.Tensor, int]],
-        *,
-        norm: bool = False,
-    ) -> None:
-        """``add`` for many ``(name, tensor, offset)`` at once (see digest_pairs)."""
-        if not items:
-            return
-        t0 = time.perf_counter()
-        tensors = [t for _, t, _ in items]
-        pairs = digest_pairs(tensors, [o for _, _, o in items])
-        sumsqs = _sums_of_squares(tensors) if norm else [None] * len(items)
-        names = self.entries.setdefault(stage, {})
-        for (name, t, _), pair, sumsq in zip(items, pairs, sumsqs):
-            names[name] = StageEntry(pair, sumsq=sumsq)
-            if stage in self.keep:
-                self.tensors[(stage, name)] = t.detach().to("cpu", copy=True)
-        self.seconds += time.perf_counter() - t0
-
-    def to_host(self) -> dict[str, dict[str, list]]:
-        """Plain values, one device-to-host transfer: ``{stage: {name: [hex, norm|
-        value|None]}}``; global stages carry ``[s1, s2, sumsq]`` still to be summed."""
-        flat: list[tuple[str, str, StageEntry]] = [
-            (s, n, e) for s, names in self.entries.items() for n, e in names.items()
-        ]
-        if not flat:
-            return {}
-        t0 = time.perf_counter()
-        pairs = torch.stack([e.pair for _, _, e in flat]).cpu().tolist()
-        nums = torch.stack([_magnitude(e) for _, _, e in flat]).cpu().tolist()
-        out: dict[str, dict[str, list]] = {}
-        for (stage, name, entry), pair, num in zip(flat, pairs, nums):
-            has_num = entry.sumsq is not None or entry.value is not None
-            if stage in GLOBAL_STAGES:
-                out.setdefault(stage, {})[name] = [*pair, num if has_num else None]
-            else:
-                out.setdefault(stage, {})[name] = [
-                    digest_hex(pair),
-                    _finish(entry, num) if has_num else None,
-                ]
-        self.seconds += time.perf_counter() - t0
-        return out
-
-
-def _sums_of_squares(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Each tensor's sum of squares in float64, one reduction each. Not one
-    reduction over a concatenation, as the digests: that needs a float64 copy of
-    every tensor at once (12 GB for a 1.5B-parameter model's gradients) and a
-    scatter into segments, which GPUs serialise."""
-    out = []
-    for t in tensors:
-        x = t.detach()
-        if _on_cpu(x.device):
-            flat = x.double().reshape(-1)
-            out.append(torch.dot(flat, flat))  # one pass: no squares kept
+def digest_pairs(tensors: list[torch.Tensor], offsets: list[int]) -> torch.Tensor:
+    """``[n, 2]``: ``digest_pair`` of each tensor, on their device."""
+    if not tensors:
+        return torch.zeros((0, 2), dtype=torch.int64)
+    out: list = [None] * len(tensors)
+    bits = [_bits(t) for t in tensors]
+    groups: dict[tuple, list[int]] = {}
+    for i, b in enumerate(bits):
+        if _on_cpu(b.device) or b.element_size() == 8:
+            # Row sums would not be exact for 8-byte patterns (rare on an
+            # accelerator: float64 tensors).
+            out[i] = _by_index(b, offsets[i] + 1)
         else:
-            # Squared in float64 inside the reduction: no float64 copy of ``x``.
-            out.append(torch.linalg.vector_norm(x, dtype=torch.float64).square())
+            groups.setdefault((b.device, b.dtype), []).append(i)
+    for members in groups.values():
+        pairs = _by_rows([bits[i] for i in members], [offsets[i] + 1 for i in members])
+        if len(members) == len(tensors):
+            return pairs  # one group, in order: no per-tensor views to restack
+        for i, pair in zip(members, pairs):
+            out[i] = pair
+    return torch.stack(out)
+
+
+def _by_index(bits: torch.Tensor, first: int) -> torch.Tensor:
+    """One tensor's digest, chunk by chunk, each element times its index."""
+    out = torch.zeros(2, dtype=torch.int64, device=bits.device)
+    step = _CPU_CHUNK if _on_cpu(bits.device) else _CHUNK
+    for start in range(0, bits.numel(), step):
+        chunk = bits[start : start + step].to(torch.int64)
+        index = torch.arange(
+            first + start,
+            first + start + chunk.numel(),
+            dtype=torch.int64,
+            device=chunk.device,
+        )
+        out[0] += chunk.sum()
+        out[1] += (chunk * index).sum()
     return out
 
 
-def _magnitude(entry: StageEntry) -> torch.Tensor:
-    for t in (entry.sumsq, entry.value):
-        if t is not None:
-            return t.to(device=entry.pair.device, dtype=torch.float64)
-    return torch.zeros((), dtype=torch.float64, device=entry.pair.device)
+def _by_rows(bits: list[torch.Tensor], firsts: list[int]) -> torch.Tensor:
+    """The digests of tensors of one dtype of at most 4 bytes on one device (their
+    ``bits``; ``firsts[k]``: the index of tensor k's first element), ``[n, 2]``.
+
+    Each tensor is laid out as whole rows of ``_ROW`` elements, its last row
+    padded with zeros (a zero adds nothing to either sum), and the rows are
+    summed in blocks of at most ``_CHUNK`` elements (``_row_sums``). With row
+    ``r`` of tensor k holding the elements ``first_k + _ROW * (r - start_k) +
+    c``, per row ``s1_r = sum_c b`` and ``q_r = sum_c c * b`` give the tensor's
+
+        s1 = sum_r s1_r
+        s2 = (first_k - _ROW * start_k) * s1 + _ROW * sum_r r * s1_r + sum_r q_r
+
+    the sums over a tensor's rows being differences of prefix sums over all
+    rows. Every operation is int64 arithmetic, which wraps modulo 2**64 as the
+    digest does."""
+    device = bits[0].device
+    zeros = bits[0].new_zeros(_ROW)
+    weights = _row_weights(device)
+    blocks: list[torch.Tensor] = []  # float64 [rows, 2] per block of rows
+    pending: list[torch.Tensor] = []
+    size = 0
+    ends: list[int] = []  # each tensor's end, in rows
+    step = max(_ROW, _CHUNK // _ROW * _ROW)  # whole rows
+    for b in bits:
+        n = b.numel()
+        pad = -n % _ROW
+        ends.append((ends[-1] if ends else 0) + (n + pad) // _ROW)
+        for start in range(0, n, step):
+            piece = [b[start : start + step]]
+            if pad and start + step >= n:
+                piece.append(zeros[:pad])  # in the block of the row it ends
+            length = sum(p.numel() for p in piece)
+            if pending and size + length > step:
+                blocks.append(_row_sums(pending, weights))
+                pending, size = [], 0
+            pending += piece
+            size += length
+    if pending:
+        blocks.append(_row_sums(pending, weights))
+    if not blocks:  # every tensor empty
+        return torch.zeros((len(bits), 2), dtype=torch.int64, device=device)
+    rows = torch.cat(blocks) if len(blocks) > 1 else blocks[0]
+    sums = rows.to(torch.int64)  # exact: integers below 2**51
+    n_rows = sums.shape[0]
+    position = torch.arange(n_rows, dtype=torch.int64, device=device)
+    per_row = torch.cat([sums, (position * sums[:, 0])[:, None]], 1)
+    # prefix[j]: the sums of rows before row j; one copy from the host carries
+    # every tensor's bounds and its coefficient of s1.
+    prefix = torch.nn.functional.pad(torch.cumsum(per_row, 0), (0, 0, 1, 0))
+    starts = [0, *ends[:-1]]
+    host = ends + starts + [_int64(f - _ROW * s) for f, s in zip(firsts, starts)]
+    k = len(bits)
+    host_t = _to_device(torch.tensor(host, dtype=torch.int64), device)
+    per_tensor = prefix[host_t[: 2 * k]]
+    s1, q, rs1 = (per_tensor[:k] - per_tensor[k:]).unbind(1)
+    s2 = host_t[2 * k :] * s1 + _ROW * rs1 + q
+    return torch.stack([s1, s2], 1)
 
 
-def _finish(entry: StageEntry, num: float) -> float:
-    return math.sqrt(num) if entry.sumsq is not None else num
+def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``t`` (on the host) copied to ``device`` without waiting for the work queued
+    there: a copy from pageable memory waits for the device's stream to drain,
+    which in a training step would stall the host at every digest call."""
+    if device.type == "cuda":
+        t = t.pin_memory()
+    return t.to(device, non_blocking=True)
 
 
-def merge_global(
-    per_rank: list[dict[str, dict[str, list]]], seconds: list[float] | None = None
-) -> dict[str, Any]:
-    """Rank logs in, the recorded form out: per-rank stages kept per rank, global
-    stages summed over ranks (the shards of one tensor) into one digest each;
-    ``seconds`` each rank spent digesting, when given. Marked
-    ``WEIGHTS_PER_MINI_BATCH``: the probes digest the weights per mini-batch."""
-    merged: dict[str, Any] = {"ranks": [], "global": {}, WEIGHTS_PER_MINI_BATCH: True}
-    if seconds is not None:
-        merged["digest_seconds"] = [float(s) for s in seconds]
-    sums: dict[str, dict[str, list]] = {}
-    for log in per_rank:
-        merged["ranks"].append({s: v for s, v in log.items() if s not in GLOBAL_STAGES})
-        for stage in GLOBAL_STAGES:
-            for name, (s1, s2, sq) in log.get(stage, {}).items():
-                acc = sums.setdefault(stage, {}).setdefault(name, [0, 0, None])
-                acc[0] = (acc[0] + s1) & _MASK
-                acc[1] = (acc[1] + s2) & _MASK
-                if sq is not None:
-                    acc[2] = (acc[2] or 0.0) + sq
-    for stage, names in sums.items():
-        merged["global"][stage] = {
-            name: [
-                digest_hex((s1, s2)),
-                math.sqrt(sq) if sq is not None else None,
-            ]
-            for name, (s1, s2, sq) in names.items()  # model order
-        }
-    return merged
+def _row_sums(pieces: list[torch.Tensor], weights: torch.Tensor) -> torch.Tensor:
+    """``[rows, 2]`` float64: per row of the concatenated ``pieces`` (integers of
+    at most 4 bytes, whole rows of ``_ROW``), ``sum(b)`` and ``sum(c * b)`` with
+    ``c`` the column.
+
+    One float64 matrix product by (ones, column): a single read of the block,
+    in three kernels. It is exact: each product and partial sum is an integer
+    below 2**51 (``|b| < 2**31``, ``c < 2**10``, ``2**10`` terms), which float64
+    holds exactly in any order of summation (float64 products are never TF32)."""
+    block = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
+    return block.view(-1, _ROW).to(torch.float64) @ weights
+
+
+def _row_weights(device: torch.device) -> torch.Tensor:
+    weights = _ROW_WEIGHTS.get(device)
+    if weights is None:
+        column = torch.arange(_ROW, dtype=torch.float64, device=device)
+        weights = torch.stack([torch.ones_like(column), column], 1)
+        _ROW_WEIGHTS[device] = weights
+    return weights
+
+
+def sums_of_squares(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """``[n]`` float64: each tensor's sum of squares. A magnitude for people ("by
+    how much"), never compared. On the CPU in float64, one pass per tensor; on an
+    accelerator with PyTorch's multi-tensor norm (a few launches for all of
+    them), accumulated in float32 where a tensor is no wider, as
+    ``clip_grad_norm_`` does: one read, no copy."""
+    if not tensors:
+        return torch.zeros(0, dtype=torch.float64)
+    xs = [t.detach() for t in tensors]
+    if _on_cpu(xs[0].device):
+        flat = [x.double().reshape(-1) for x in xs]
+        return torch.stack([torch.dot(f, f) for f in flat])  # no squares kept
+    wide = [x.dtype == torch.float64 for x in xs]
+    if all(wide) or not any(wide):
+        dtype = torch.float64 if wide[0] else torch.float32
+        return torch.stack(_norms(xs, dtype)).double().square()
+    return torch.cat([sums_of_squares([x]) for x in xs])  # mixed widths: rare
+
+
+def _norms(xs: list[torch.Tensor], dtype: torch.dtype) -> list[torch.Tensor]:
+    try:
+        return list(torch._foreach_norm(xs, 2, dtype=dtype))
+    except (TypeError, RuntimeError):  # a PyTorch without its dtype argument
+        return [torch.linalg.vector_norm(x, dtype=dtype) for x in xs]

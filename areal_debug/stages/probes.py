@@ -23,7 +23,6 @@ import torch
 from areal_debug import areal_compat
 from areal_debug.logs import get_logger
 from areal_debug.stages import mismatch
-from areal_debug.stages.digest import StageLog
 from areal_debug.stages.names import (
     MODEL_STAGE,
     mini_batch_name,
@@ -32,6 +31,7 @@ from areal_debug.stages.names import (
 )
 from areal_debug.stages.record import StageRecord
 from areal_debug.stages.recorded_ref_logp import RecordedRefLogp
+from areal_debug.stages.stage_log import StageLog
 
 logger = get_logger("DebugStages")
 # What the reference's compute_logp calls per micro-batch: counted, so that a
