@@ -77,9 +77,11 @@ HBM_BYTES_PER_S = 3.35e12
 PEAK_FLOPS = 989e12
 MFU = 0.40
 MINI_BATCHES = 4  # per mini-batch: one gradient digest, one weight digest
-# Bytes moved per digested element: read the value (2-4 B), write and read its
-# int64 copy (16 B), read the index (8 B), write and read the product (16 B).
-BYTES_PER_ELEMENT = 44
+# Bytes moved per digested element by an accelerator's row sums
+# (areal_debug/stages/digest.py): read the value and write it into its block (up
+# to 4 + 4 B for fp32 gradients), write and read the block's float64 copy (16 B).
+# On an H200 the launches, not the bytes, were what cost (docs/benchmarks.md).
+BYTES_PER_ELEMENT = 24
 
 
 class TinyStep:
