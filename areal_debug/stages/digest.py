@@ -174,11 +174,9 @@ def _by_rows(bits: list[torch.Tensor], firsts: list[int]) -> torch.Tensor:
 
 
 def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """``t`` (on the host) copied to ``device`` without waiting for the work queued
-    there: a copy from pageable memory waits for the device's stream to drain,
-    which in a training step would stall the host at every digest call."""
-    if device.type == "cuda":
-        t = t.pin_memory()
+    """``t`` (on the host) copied to ``device`` without waiting there: PyTorch's
+    default copy synchronises the device's stream after it, which in a training
+    step would stall the host at every digest call until the queued work ran."""
     return t.to(device, non_blocking=True)
 
 
