@@ -151,7 +151,7 @@ def main() -> int:
     ap.add_argument("--prompts", type=int, default=128)
     ap.add_argument("--group", type=int, default=4)
     ap.add_argument("--seqlen", type=int, default=2048)
-    ap.add_argument("--steps", type=int, default=7, help="paired repetitions")
+    ap.add_argument("--steps", type=int, default=15, help="paired repetitions")
     ap.add_argument(
         "--step-seconds",
         type=float,
