@@ -289,7 +289,15 @@ def test_a_small_tensor_is_digested_as_it_was_when_added():
     log.add("loss", "mini-batch 0 micro-batch 0", loss, value=True)
     expected = [hexof(torch.tensor(0.25)), 0.25]
     loss.add_(1.0)  # the caller reuses its tensor
-    assert log.to_host()["loss"]["mini-batch 0 micro-batch 0"] == expected
+    for i in range(1, 4):  # each name keeps its own tensor's digest and value
+        log.add(
+            "loss", f"mini-batch 0 micro-batch {i}", torch.tensor(i / 8), value=True
+        )
+    host = log.to_host()["loss"]
+    assert host["mini-batch 0 micro-batch 0"] == expected
+    for i in range(1, 4):
+        t = torch.tensor(i / 8)
+        assert host[f"mini-batch 0 micro-batch {i}"] == [hexof(t), i / 8]
 
 
 def test_the_latest_digest_of_a_name_wins_whether_small_or_not():
@@ -307,6 +315,49 @@ def test_the_latest_digest_of_a_name_wins_whether_small_or_not():
     assert host["grads"]["g"][:2] == list(digest_pair(small).tolist())
     assert host["grads"]["g"][2] == pytest.approx(float(small.double().pow(2).sum()))
     assert host["loss"]["l"] == [hexof(torch.tensor(2.0)), 2.0]
+
+
+def test_a_steps_log_reads_the_same_on_an_accelerators_path(monkeypatch):
+    # Everything a step logs (blocks of mixed dtypes, float64 among them, small
+    # tensors waiting for the step's end, a log adopted), through the
+    # accelerator's row sums and the CPU's element sums: the same digests, and
+    # magnitudes within float32 accumulation.
+    from areal_debug.stages import digest as stage_digest
+
+    g = torch.Generator().manual_seed(5)
+
+    def log() -> dict:
+        out = StageLog()
+        weights = [
+            ("mini-batch 0 a", torch.randn(3000, generator=g).bfloat16(), 0),
+            ("mini-batch 0 b", torch.randn(70, generator=g).double(), 11),
+            ("mini-batch 0 c", torch.randn(5000, generator=g), 2**40),
+        ]
+        out.add_many("weights", weights)
+        out.add_many("grads", weights, norm=True)
+        for i in range(3):
+            out.add(
+                "loss",
+                f"mini-batch 0 micro-batch {i}",
+                torch.tensor(0.5 + i),
+                value=True,
+            )
+        alone = StageLog()
+        alone.add_many("model", weights)
+        alone.to_host()
+        out.adopt(alone)
+        return out.to_host()
+
+    on_cpu = log()
+    g.manual_seed(5)
+    monkeypatch.setattr(stage_digest, "_on_cpu", lambda device: False)
+    on_accelerator = log()
+    assert on_accelerator.keys() == on_cpu.keys()
+    for stage, names in on_cpu.items():
+        for name, expected in names.items():
+            got = on_accelerator[stage][name]
+            assert got[:-1] == expected[:-1], (stage, name)
+            assert got[-1] == pytest.approx(expected[-1], rel=1e-6), (stage, name)
 
 
 class _DeviceOps(torch.utils._python_dispatch.TorchDispatchMode):
