@@ -236,7 +236,7 @@ def record_step(path: str, step: int, batch: list[dict], device: Device):
 
 def digests_match_the_cpus(step: ModelStep, batch: list[dict]) -> str:
     """A check before any figure: the device's digests of the model's weights and
-    the rollout batch (the segment path, chunks, wrap-around) are the CPU's,
+    the rollout batch (row sums in blocks, chunks, wrap-around) are the CPU's,
     bit for bit, and its sums of squares agree. A fast digest that differs
     would make every recording on that device unreplayable elsewhere."""
     # The first 40 parameters (the embedding, larger than a chunk, and the first

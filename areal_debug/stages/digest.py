@@ -36,7 +36,8 @@ _CPU_CHUNK = 1 << 16
 # Elements per row of the row sums: at most 2**10 for them to be exact (see
 # _row_sums), and a divisor of _CHUNK, so that chunks of a tensor are whole rows.
 _ROW = 1 << 10
-_MASK = (1 << 64) - 1
+# Digest sums are kept modulo 2**64.
+MASK = (1 << 64) - 1
 # The row sums' right-hand side, per device: a column of ones, a column of 0..ROW-1.
 _ROW_WEIGHTS: dict[torch.device, torch.Tensor] = {}
 
@@ -63,7 +64,7 @@ def _int64(x: int) -> int:
 
 def digest_hex(pair) -> str:
     """The printable digest: 32 hex digits (s1 then s2, unsigned)."""
-    s1, s2 = (int(v) & _MASK for v in pair)
+    s1, s2 = (int(v) & MASK for v in pair)
     return f"{s1:016x}{s2:016x}"
 
 
@@ -212,13 +213,18 @@ def sums_of_squares(tensors: list[torch.Tensor]) -> torch.Tensor:
         return torch.zeros(0, dtype=torch.float64)
     xs = [t.detach() for t in tensors]
     if _on_cpu(xs[0].device):
-        flat = [x.double().reshape(-1) for x in xs]
-        return torch.stack([torch.dot(f, f) for f in flat])  # no squares kept
+        # One float64 copy alive at a time (a model's gradients at once would
+        # double its memory), and one pass over it: no squares kept.
+        return torch.stack([_dot_self(x.double().reshape(-1)) for x in xs])
     wide = [x.dtype == torch.float64 for x in xs]
     if all(wide) or not any(wide):
         dtype = torch.float64 if wide[0] else torch.float32
         return torch.stack(_norms(xs, dtype)).double().square()
     return torch.cat([sums_of_squares([x]) for x in xs])  # mixed widths: rare
+
+
+def _dot_self(flat: torch.Tensor) -> torch.Tensor:
+    return torch.dot(flat, flat)
 
 
 def _norms(xs: list[torch.Tensor], dtype: torch.dtype) -> list[torch.Tensor]:

@@ -18,12 +18,16 @@ from typing import Any
 
 import torch
 
-from areal_debug.stages.digest import digest_hex, digest_pairs, sums_of_squares
+from areal_debug.stages.digest import (
+    MASK,
+    digest_hex,
+    digest_pairs,
+    sums_of_squares,
+)
 from areal_debug.stages.names import GLOBAL_STAGES, WEIGHTS_PER_MINI_BATCH
 
 # Tensors of at most this many elements are copied and digested at the step's end.
 _DEFERRED_AT_MOST = 1 << 12
-_MASK = (1 << 64) - 1
 
 
 class Magnitude(str, Enum):
@@ -246,8 +250,8 @@ def merge_global(
         for stage in GLOBAL_STAGES:
             for name, (s1, s2, sq) in log.get(stage, {}).items():
                 acc = sums.setdefault(stage, {}).setdefault(name, [0, 0, None])
-                acc[0] = (acc[0] + s1) & _MASK
-                acc[1] = (acc[1] + s2) & _MASK
+                acc[0] = (acc[0] + s1) & MASK
+                acc[1] = (acc[1] + s2) & MASK
                 if sq is not None:
                     acc[2] = (acc[2] or 0.0) + sq
     for stage, names in sums.items():
