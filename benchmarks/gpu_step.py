@@ -276,13 +276,19 @@ def main(argv=None) -> int:
             train, digest = step.run()
             blocked, stored = record_step(os.path.join(tmp, f"r{i}"), i, batch, device)
             stage_ms = step.by_stage.items()
+            # The peak says how much room the shape leaves on a smaller card.
+            peak = (
+                f", peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB allocated"
+                if device.cuda
+                else ""
+            )
             # One line a step, so that a run stopped at a lent machine's time
             # limit still says how far it got and what each step took.
             print(
                 f"#   step {i}{' (warm-up)' if i == 0 else ''}: training "
                 f"{train:.2f} s, digests {digest * 1e3:.1f} ms, hand-over "
                 f"{blocked * 1e3:.1f} ms, stored in {stored:.2f} s; digests by "
-                f"stage: {', '.join(f'{k} {v * 1e3:.1f} ms' for k, v in stage_ms)}",
+                f"stage: {', '.join(f'{k} {v * 1e3:.1f} ms' for k, v in stage_ms)}{peak}",
                 flush=True,
             )
             return train, digest, blocked, stored

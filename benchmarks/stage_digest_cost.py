@@ -80,7 +80,8 @@ MINI_BATCHES = 4  # per mini-batch: one gradient digest, one weight digest
 # Bytes moved per digested element by an accelerator's row sums
 # (areal_debug/stages/digest.py): read the value and write it into its block (up
 # to 4 + 4 B for fp32 gradients), write and read the block's float64 copy (16 B).
-# On an H200 the launches, not the bytes, were what cost (docs/benchmarks.md).
+# On an H200 the launches and one slow scan, not the bytes, were what cost
+# (docs/benchmarks.md).
 BYTES_PER_ELEMENT = 24
 
 

@@ -18,8 +18,8 @@ Two ways to the same sums, one per kind of device:
   model has hundreds of tensors, all of a call's tensors together by row sums
   (``_row_sums``): a fixed number of kernels per 16 M elements and per call,
   not per tensor. The stage digests of a training step are then a few hundred
-  launches, where one set per tensor was ten thousand (a second of a 1.5B
-  model's 36 s step on an H200).
+  launches, where one set per tensor was ten thousand: 0.24 s of a 1.5B model's
+  36 s step on an H200, where they took a second.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ _CPU_CHUNK = 1 << 16
 _ROW = 1 << 10
 # Digest sums are kept modulo 2**64.
 MASK = (1 << 64) - 1
-# The row sums' right-hand side, per device: a column of ones, a column of 0..ROW-1.
+# The row sums' left-hand side, per device: a row of ones, a row of 0..ROW-1.
 _ROW_WEIGHTS: dict[torch.device, torch.Tensor] = {}
 
 
@@ -133,7 +133,7 @@ def _by_rows(bits: list[torch.Tensor], firsts: list[int]) -> torch.Tensor:
     device = bits[0].device
     zeros = bits[0].new_zeros(_ROW)
     weights = _row_weights(device)
-    blocks: list[torch.Tensor] = []  # float64 [rows, 2] per block of rows
+    blocks: list[torch.Tensor] = []  # float64 [2, rows] per block of rows
     pending: list[torch.Tensor] = []
     size = 0
     ends: list[int] = []  # each tensor's end, in rows
@@ -156,20 +156,22 @@ def _by_rows(bits: list[torch.Tensor], firsts: list[int]) -> torch.Tensor:
         blocks.append(_row_sums(pending, weights))
     if not blocks:  # every tensor empty
         return torch.zeros((len(bits), 2), dtype=torch.int64, device=device)
-    rows = torch.cat(blocks) if len(blocks) > 1 else blocks[0]
+    rows = torch.cat(blocks, 1) if len(blocks) > 1 else blocks[0]
     sums = rows.to(torch.int64)  # exact: integers below 2**51
-    n_rows = sums.shape[0]
-    position = torch.arange(n_rows, dtype=torch.int64, device=device)
-    per_row = torch.cat([sums, (position * sums[:, 0])[:, None]], 1)
-    # prefix[j]: the sums of rows before row j; one copy from the host carries
+    position = torch.arange(sums.shape[1], dtype=torch.int64, device=device)
+    # [3, rows]: the prefix sums run along the last, contiguous dimension. Along
+    # the first dimension of a [rows, 3] tensor PyTorch's scan took 251 ms for a
+    # 1.5B model's 1.5 M rows on an H200, 95% of the call.
+    per_row = torch.cat([sums, (position * sums[0])[None]])
+    # prefix[:, j]: the sums of rows before row j; one copy from the host carries
     # every tensor's bounds and its coefficient of s1.
-    prefix = torch.nn.functional.pad(torch.cumsum(per_row, 0), (0, 0, 1, 0))
+    prefix = torch.nn.functional.pad(torch.cumsum(per_row, 1), (1, 0))
     starts = [0, *ends[:-1]]
     host = ends + starts + [_int64(f - _ROW * s) for f, s in zip(firsts, starts)]
     k = len(bits)
     host_t = _to_device(torch.tensor(host, dtype=torch.int64), device)
-    per_tensor = prefix[host_t[: 2 * k]]
-    s1, q, rs1 = (per_tensor[:k] - per_tensor[k:]).unbind(1)
+    per_tensor = prefix[:, host_t[: 2 * k]]
+    s1, q, rs1 = per_tensor[:, :k] - per_tensor[:, k:]
     s2 = host_t[2 * k :] * s1 + _ROW * rs1 + q
     return torch.stack([s1, s2], 1)
 
@@ -182,7 +184,7 @@ def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 def _row_sums(pieces: list[torch.Tensor], weights: torch.Tensor) -> torch.Tensor:
-    """``[rows, 2]`` float64: per row of the concatenated ``pieces`` (integers of
+    """``[2, rows]`` float64: per row of the concatenated ``pieces`` (integers of
     at most 4 bytes, whole rows of ``_ROW``), ``sum(b)`` and ``sum(c * b)`` with
     ``c`` the column.
 
@@ -191,14 +193,14 @@ def _row_sums(pieces: list[torch.Tensor], weights: torch.Tensor) -> torch.Tensor
     below 2**51 (``|b| < 2**31``, ``c < 2**10``, ``2**10`` terms), which float64
     holds exactly in any order of summation (float64 products are never TF32)."""
     block = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
-    return block.view(-1, _ROW).to(torch.float64) @ weights
+    return weights @ block.view(-1, _ROW).to(torch.float64).t()
 
 
 def _row_weights(device: torch.device) -> torch.Tensor:
     weights = _ROW_WEIGHTS.get(device)
     if weights is None:
         column = torch.arange(_ROW, dtype=torch.float64, device=device)
-        weights = torch.stack([torch.ones_like(column), column], 1)
+        weights = torch.stack([torch.ones_like(column), column])
         _ROW_WEIGHTS[device] = weights
     return weights
 
