@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 
 from areal_debug.testing import free_port
@@ -140,17 +141,63 @@ def end_session(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+# What werkzeug prints when an AReaL RPC worker cannot bind the port its scheduler
+# gave it. AReaL's LocalScheduler checks a port is free, then starts the worker,
+# which binds it seconds later, once it has imported torch; another process may
+# take it meanwhile (seen once in five CI runs, seed 4's online agent dump). The
+# scheduler only retries a worker that exits within 0.1 s: this one's exit went
+# unnoticed, and the run waited for the whole test timeout (900 s).
+PORT_TAKEN = "is in use by another program"
+# What AReaL logs when it did notice, and chose new ports itself.
+PORT_RETRIED = "retrying with new ports"
+# How long a run whose worker lost its port is given to recover on its own.
+PORT_GRACE_S = 30.0
+# How often a run's log is read for it.
+WATCH_S = 2.0
+
+
 def run_logged(cmd, workdir, name, env, timeout) -> tuple[int, str]:
-    """Every process started is ended, also on timeout."""
+    """Every process started is ended, also on timeout. A run whose AReaL worker
+    lost its port to another process (``PORT_TAKEN``) and that AReaL does not
+    recover is ended and started once more, its first log kept beside the
+    second (``<name>.port-taken.log``)."""
+    log_path = os.path.join(workdir, f"{name}.log")
+    rc = _run_watched(cmd, workdir, name, env, timeout)
+    if rc is None:
+        os.replace(log_path, os.path.join(workdir, f"{name}.port-taken.log"))
+        print(
+            f"{name}: an AReaL worker's port was taken by another process; "
+            "the run is started again",
+            file=sys.stderr,
+        )
+        rc = _run_watched(cmd, workdir, name, env, timeout)
+        if rc is None:
+            rc = -1  # twice: the log says why
+    # A log may name paths that are not valid UTF-8.
+    with open(log_path, errors="replace") as f:
+        return rc, f.read()
+
+
+def _run_watched(cmd, workdir, name, env, timeout) -> int | None:
+    """The run's exit code, or None if it was ended because a worker's port was
+    taken and AReaL did not choose another within ``PORT_GRACE_S``."""
+    log_path = os.path.join(workdir, f"{name}.log")
     proc = start_logged(cmd, workdir, name, env)
+    deadline = time.monotonic() + timeout
+    seen = _LogWatch(log_path)
     try:
-        rc = proc.wait(timeout=timeout)
+        while True:
+            try:
+                left = max(0.0, deadline - time.monotonic())
+                return proc.wait(timeout=min(WATCH_S, left))
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    raise
+            if seen.port_lost_for() > PORT_GRACE_S:
+                return None
     finally:
         # torchrun's workers are in the same session: end them all.
         end_session(proc)
-    # A log may name paths that are not valid UTF-8.
-    with open(os.path.join(workdir, f"{name}.log"), errors="replace") as f:
-        return rc, f.read()
 
 
 def example_command(mode: str, overrides: list[str], nproc: int = 1) -> list[str]:
@@ -166,6 +213,34 @@ def example_env(workdir, mode: str, server_addr: str | None = None) -> dict:
     from areal_debug.testing import run_env
 
     return run_env(workdir, mode == "single-controller", server_addr)
+
+
+class _LogWatch:
+    """Reads a run's log as it grows (only what is new each time), for
+    ``PORT_TAKEN`` not followed by AReaL's own ``PORT_RETRIED``."""
+
+    def __init__(self, path: str):
+        self._path = path
+        self._offset = 0
+        self._tail = ""
+        self._taken_at: float | None = None
+        self._retried = False
+
+    def port_lost_for(self) -> float:
+        """Seconds since a worker's port was seen taken (0: not seen, or AReaL
+        chose new ports)."""
+        with open(self._path, "rb") as f:
+            f.seek(self._offset)
+            new = f.read()
+        self._offset += len(new)
+        text = self._tail + new.decode(errors="replace")
+        self._tail = text[-64:]  # a line split between two reads
+        self._retried = self._retried or PORT_RETRIED in text
+        if self._taken_at is None and PORT_TAKEN in text:
+            self._taken_at = time.monotonic()
+        if self._taken_at is None or self._retried:
+            return 0.0
+        return time.monotonic() - self._taken_at
 
 
 def run_example(
