@@ -20,10 +20,10 @@ import areal_debug
 from areal_debug.recording.format import RecordingError, shard_meta_name
 from areal_debug.recording.packed_payload import pack, plan, unpack
 from areal_debug.recording.reader import RecordingReader
-from areal_debug.recording.writer import router, step_files
+from areal_debug.recording.writer import step_files
 from areal_debug.recording.writer.payload_file import save_payload
 from areal_debug.recording.writer.payload_rules import describe_packed
-from areal_debug.recording.writer.process import client, memory
+from areal_debug.recording.writer.process import client, memory, messages
 from areal_debug.recording.writer.process.client import PayloadProcess
 from areal_debug.recording.writer.recording_writer import RecordingWriter
 from areal_debug.recording.writer.start import write_manifest
@@ -110,7 +110,10 @@ def test_the_writer_process_writes_the_shard_metadata_the_thread_would(
     tmp_path, monkeypatch
 ):
     # The JSON files this process writes: the shard's metadata is not one of
-    # them where the writer process stores the payload.
+    # them where the writer process stores the payload, nor step.json where that
+    # shard makes the step whole (one head, no teacher log-probs) and no copy is
+    # left to confirm (clone_tensors=False: the accelerator's path). A copy still
+    # to confirm (the CPU path's) is confirmed here before step.json is written.
     written = []
     real = step_files.atomic_write_json
 
@@ -118,29 +121,46 @@ def test_the_writer_process_writes_the_shard_metadata_the_thread_would(
         written.append(os.path.basename(path))
         real(path, obj)
 
-    for module in (step_files, router):
+    for module in (step_files, messages):
         monkeypatch.setattr(module, "atomic_write_json", recording_write)
-    metas = {}
+    metas, steps = {}, {}
     for use_process in (True, False):
-        path = str(tmp_path / f"process-{use_process}")
-        write_manifest(path, manifest())
-        w = RecordingWriter(
-            path, shard=0, num_shards=1, steps_per_epoch=10, writer_process=use_process
-        )
-        w.submit_batch(0, batch(8))
-        w.close()
-        assert w._payloads.process is None or use_process
-        metas[use_process] = RecordingReader(path).step_meta(0).shards[0].to_json()
-        thread_wrote = [n for n in written if n != "step.json"]
-        assert thread_wrote == ([] if use_process else [shard_meta_name(0)])
-        written.clear()
-    # The same metadata either way (the bytes differ: the writer process leaves
+        for clone in (False, True):
+            path = str(tmp_path / f"process-{use_process}-{clone}")
+            write_manifest(path, manifest())
+            w = RecordingWriter(
+                path,
+                shard=0,
+                num_shards=1,
+                steps_per_epoch=10,
+                writer_process=use_process,
+                clone_tensors=clone,
+            )
+            w.submit_batch(0, batch(8))
+            w.close()
+            assert w._payloads.process is None or use_process
+            reader = RecordingReader(path)
+            metas[use_process, clone] = reader.step_meta(0).shards[0].to_json()
+            steps[use_process, clone] = reader.step_meta(0).to_json()
+            here = [] if use_process else [shard_meta_name(0)]
+            here += ["step.json"] if clone or not use_process else []
+            assert written == here, (use_process, clone)
+            written.clear()
+    # The same metadata every way (the bytes differ: the writer process leaves
     # the zip's CRC32 out, the sha256 covers them).
     differ = {"sha256", "bytes"}
-    assert {k: v for k, v in metas[True].items() if k not in differ} == {
-        k: v for k, v in metas[False].items() if k not in differ
-    }
-    assert metas[True]["shard"] == 0 and metas[True]["num_trajectories"] == 4
+    for key in metas:
+        assert {k: v for k, v in metas[key].items() if k not in differ} == {
+            k: v for k, v in metas[False, False].items() if k not in differ
+        }
+        shards = steps[key].pop("shards")
+        assert steps[key] == {
+            k: v for k, v in steps[False, False].items() if k != "shards"
+        }, key
+        assert len(shards) == 1
+    assert metas[True, False]["shard"] == 0
+    assert metas[True, False]["num_trajectories"] == 4
+    assert steps[True, False]["num_trajectories"] == 4
 
 
 def test_where_memory_may_not_be_read_payloads_go_through_shared_memory(

@@ -23,6 +23,7 @@ back contiguous).
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,8 +32,35 @@ import torch
 PACKED_LAYOUT = 1
 
 
+_TENSOR = torch.Tensor
+
+
 def _walk(value: Any, leaves: list) -> Any:
-    """The template of ``value``; its leaves (tensors and others) appended in order."""
+    """The template of ``value``; its leaves (tensors and others) appended in order.
+
+    Dicts, lists and tuples are told by their exact type first, and a tensor
+    inside one is taken without a call of its own: the writer thread runs this
+    under the GIL for every tensor of a batch, beside a training thread."""
+    cls = type(value)
+    if cls is dict:
+        out = {}
+        for k, v in value.items():
+            if type(v) is _TENSOR:
+                leaves.append(v)
+                out[k] = None
+            else:
+                out[k] = _walk(v, leaves)
+        return out
+    if cls is list or cls is tuple:
+        items = []
+        for v in value:
+            if type(v) is _TENSOR:
+                leaves.append(v)
+                items.append(None)
+            else:
+                items.append(_walk(v, leaves))
+        return items if cls is list else tuple(items)
+    # Subclasses (an OrderedDict, a tensor subclass) and plain values.
     if isinstance(value, dict):
         return {k: _walk(v, leaves) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -46,33 +74,50 @@ def _walk(value: Any, leaves: list) -> Any:
 class PackPlan:
     """Where ``pack`` puts each tensor of a value, read off before anything is
     copied: what the writer process needs to read the tensors out of the
-    training process's memory itself (``writer.process``)."""
+    training process's memory itself (``writer.process``).
+
+    The training process records only each tensor's dtype code and shape, in
+    flat int64 arrays (two byte strings when the plan crosses to the writer
+    process, not thousands of pickled ints); offsets and the padded table are
+    worked out where the payload is stored (``layout``)."""
 
     template: Any
-    tensor_leaves: list[int]
-    table: list[list[int]]
+    # The depth-first leaf numbers that are tensors.
+    tensor_leaves: array
+    # Per tensor, in leaf order: dtype code, ndim, dims.
+    shapes: array
     dtypes: list[str]
     # The tensors of each dtype code, in buffer order; dropped (None) where the
     # plan crosses to the writer process.
     groups: list[list[torch.Tensor]] | None
 
+    def layout(self) -> tuple[list[list[int]], list[int]]:
+        """The table's rows (dtype code, offset in its dtype's buffer, ndim,
+        dims zero-padded to the widest) and each dtype's buffer's elements."""
+        rows, ends = [], [0] * len(self.dtypes)
+        shapes, at = self.shapes, 0
+        while at < len(shapes):
+            code, ndim = shapes[at], shapes[at + 1]
+            dims = list(shapes[at + 2 : at + 2 + ndim])
+            at += 2 + ndim
+            rows.append([code, ends[code], ndim, *dims])
+            ends[code] += numel(dims)
+        width = 3 + max((row[2] for row in rows), default=0)
+        return [row + [0] * (width - len(row)) for row in rows], ends
+
     def numels(self) -> list[int]:
         """Elements of each dtype's buffer."""
-        ends = [0] * len(self.dtypes)
-        for code, offset, ndim, *dims in self.table:
-            ends[code] = max(ends[code], offset + numel(dims[:ndim]))
-        return ends
+        return self.layout()[1]
 
     def packed(self, buffers: list[torch.Tensor]) -> dict[str, Any]:
         """The packed form, given each dtype's buffer filled as planned."""
-        width = len(self.table[0]) if self.table else 3
+        table, _ = self.layout()
+        width = len(table[0]) if table else 3
         return {
             "packed": PACKED_LAYOUT,
             "template": self.template,
-            "tensor_leaves": torch.tensor(self.tensor_leaves, dtype=torch.int64),
-            "table": torch.tensor(self.table, dtype=torch.int64).reshape(
-                len(self.table), width
-            ),
+            "tensor_leaves": torch.tensor(list(self.tensor_leaves), dtype=torch.int64),
+            "table": torch.tensor(table, dtype=torch.int64).reshape(len(table), width),
             "dtypes": list(self.dtypes),
             "buffers": buffers,
         }
@@ -88,30 +133,30 @@ def numel(shape) -> int:
 
 def plan(value: Any) -> PackPlan:
     """Read off where ``pack`` puts each tensor of ``value``: pure Python, no
-    tensor operation (each would give the GIL up and wait to take it back)."""
+    tensor operation (each would give the GIL up and wait to take it back), and
+    as little per tensor as a reader needs (the writer thread runs it under the
+    GIL, beside a training thread)."""
     leaves: list = []
     template = _walk(value, leaves)
     codes: dict[torch.dtype, int] = {}
     groups: list[list[torch.Tensor]] = []
-    offsets: list[int] = []
-    where, rows = [], []
+    where = array("q")
+    shapes: list[int] = []
     for i, leaf in enumerate(leaves):
-        if not isinstance(leaf, torch.Tensor):
+        if type(leaf) is not _TENSOR and not isinstance(leaf, torch.Tensor):
             continue
-        code = codes.setdefault(leaf.dtype, len(codes))
-        if code == len(groups):
+        dtype = leaf.dtype
+        code = codes.get(dtype)
+        if code is None:
+            code = codes[dtype] = len(groups)
             groups.append([])
-            offsets.append(0)
         groups[code].append(leaf)
         where.append(i)
         # size(), not .shape: a quarter of the time, 768 times a step.
         size = leaf.size()
-        rows.append([code, offsets[code], len(size), *size])
-        offsets[code] += leaf.numel()
-    width = 3 + max((len(r) - 3 for r in rows), default=0)
-    table = [r + [0] * (width - len(r)) for r in rows]
+        shapes.extend((code, len(size), *size))
     dtypes = [str(d).removeprefix("torch.") for d in codes]
-    return PackPlan(template, where, table, dtypes, groups)
+    return PackPlan(template, where, array("q", shapes), dtypes, groups)
 
 
 def pack(value: Any) -> dict[str, Any]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from areal_debug.recording.atomic import atomic_write_json
 from areal_debug.recording.format import Codec
 from areal_debug.recording.packed_payload import is_packed, pack, plan
 from areal_debug.recording.writer.jobs import logger
@@ -88,7 +87,7 @@ class PayloadRouter:
         stored = save_payload(path, packed, self.codec, self.level, None, self.threads)
         described = describe_packed(packed) if describe else None
         if meta is not None:
-            atomic_write_json(meta.path, meta.body(stored, described))
+            meta.write(stored, described)
         return stored, described
 
     def _in_process(

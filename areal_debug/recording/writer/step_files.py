@@ -41,7 +41,7 @@ from areal_debug.recording.writer.jobs import (
     logger,
 )
 from areal_debug.recording.writer.payload_file import save_payload
-from areal_debug.recording.writer.process.messages import MetaFile
+from areal_debug.recording.writer.process.messages import MetaFile, StepFile
 from areal_debug.recording.writer.router import PayloadRouter
 from areal_debug.recording.writer.snapshot import (
     ChangedInPlace,
@@ -135,8 +135,16 @@ class StepFiles:
         confirm once stored."""
         step_dir = self.step_dir(step)
         path = os.path.join(step_dir, shard_payload_name(self.shard, self.codec))
+        # With the payload, where this shard alone makes the step whole (one
+        # head, no teacher log-probs to come, no copy to confirm): step.json too.
+        whole = pending is None and self.num_shards == 1 and not self.records_teacher
+        step_file = StepFile(
+            os.path.join(step_dir, STEP_META), step, self.steps_per_epoch
+        )
         meta_file = MetaFile(
-            os.path.join(step_dir, shard_meta_name(self.shard)), self.shard
+            os.path.join(step_dir, shard_meta_name(self.shard)),
+            self.shard,
+            step_file if whole else None,
         )
         # Written with the payload (by the writer process, sparing this thread
         # a dozen system calls), unless the copy is still to be confirmed while
@@ -167,7 +175,8 @@ class StepFiles:
             f"{meta.entry.bytes / 2**20:.2f} MiB on disk "
             f"({meta.entry.raw_bytes / 2**20:.2f} MiB uncompressed)"
         )
-        self._maybe_finish_step(step)
+        if not whole:
+            self._maybe_finish_step(step)
 
     def _write_teacher_logp(self, job: TeacherLogpJob) -> None:
         logps = job.logps

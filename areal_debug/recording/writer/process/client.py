@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import threading
+from array import array
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -150,8 +151,12 @@ class PayloadProcess:
         """Store the payload ``plan`` lays out (and its ``meta`` file), read by
         the writer process from this process's memory; ``MemoryNotReadable`` if
         it may not."""
-        # The tensors stay referenced (and so in place) until the reply.
-        dense = [[_dense(t) for t in group] for group in plan.groups]
+        # The tensors stay referenced (and so in place) until the reply. A
+        # tensor with no base is its own storage: _dense's checks only for views.
+        dense = [
+            [t if t._base is None and t.is_contiguous() else _dense(t) for t in group]
+            for group in plan.groups
+        ]
         request = StorePlan(
             path,
             Codec(codec).value,
@@ -160,7 +165,13 @@ class PayloadProcess:
             describe,
             meta,
             plan=dataclasses.replace(plan, groups=None),
-            spans=[[(t.data_ptr(), t.nbytes) for t in group] for group in dense],
+            spans=[
+                (
+                    array("q", [t.data_ptr() for t in g]),
+                    array("q", [t.nbytes for t in g]),
+                )
+                for g in dense
+            ],
         )
         with self._lock:
             self._start()

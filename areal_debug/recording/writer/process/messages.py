@@ -11,41 +11,62 @@ out of the training process's memory.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from areal_debug.recording.atomic import atomic_write_json
 from areal_debug.recording.format import RecordingError
 from areal_debug.recording.packed_payload import PackPlan
-from areal_debug.recording.schema import ShardMeta
+from areal_debug.recording.schema import ShardMeta, StepMeta
 
 # A tensor's place in shared memory: (dtype name, offset, shape).
 Placed = tuple[str, int, list[int]]
 
 
 @dataclass(frozen=True, slots=True)
+class StepFile:
+    """A step's ``step.json`` (its completion marker), written right after the
+    shard's metadata where that one shard makes the step whole: one head, no
+    teacher log-probs still to come, no copy still to confirm."""
+
+    path: str
+    global_step: int
+    steps_per_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
 class MetaFile:
     """A shard's metadata file (``shard-NNNNN.json`` of head ``shard``), written
-    (atomically, as JSON) once its payload is stored and described.
+    (atomically, as JSON) once its payload is stored and described, and the
+    step's ``step.json`` after it when ``step`` is given.
 
     Written where the payload is stored: by the writer process, the writer
-    thread is spared the dozen system calls it takes, each of them a GIL
-    hand-over with a busy training thread. Only the shard's index travels in
-    the request; the file's content is ``ShardMeta.to_json``, as everywhere.
+    thread is spared the system calls they take (about nine a file), each of
+    them a GIL hand-over with a busy training thread. Only the shard's index
+    travels in the request; the files' content is ``ShardMeta.to_json`` and
+    ``StepMeta.to_json``, as everywhere.
     """
 
     path: str
     shard: int
+    step: StepFile | None = None
 
-    def body(
-        self, stored: dict[str, Any], described: dict[str, Any] | None
-    ) -> dict[str, Any]:
+    def write(self, stored: dict[str, Any], described: dict[str, Any] | None) -> None:
+        """Write the shard's metadata (and the step's, if whole)."""
         if described is None:
             raise ValueError(
                 f"{self.path} needs the shard's description: store its payload "
                 "with describe=True when a metadata file is to be written."
             )
-        return ShardMeta.written(self.shard, stored, described).to_json()
+        shard = ShardMeta.written(self.shard, stored, described)
+        atomic_write_json(self.path, shard.to_json())
+        if self.step is not None:
+            step = StepMeta.of_shards(
+                self.step.global_step, self.step.steps_per_epoch, [shard]
+            )
+            atomic_write_json(self.step.path, step.to_json())
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,11 +86,11 @@ class StoreRequest:
 @dataclass(frozen=True, slots=True)
 class StorePlan(StoreRequest):
     """The payload ``plan`` lays out (its tensors dropped), read by the writer
-    process out of the training process's memory: each dtype's pieces as
-    (address, bytes)."""
+    process out of the training process's memory: each dtype's pieces as two
+    int64 arrays, their addresses and their lengths in bytes."""
 
     plan: PackPlan
-    spans: list[list[tuple[int, int]]]
+    spans: list[tuple[array, array]]
 
 
 @dataclass(frozen=True, slots=True)

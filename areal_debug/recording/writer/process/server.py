@@ -14,6 +14,7 @@ import os
 import pickle
 import socket
 import sys
+from array import array
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
@@ -21,7 +22,6 @@ from typing import Any
 
 import torch
 
-from areal_debug.recording.atomic import atomic_write_json
 from areal_debug.recording.packed_payload import PackPlan
 from areal_debug.recording.writer.payload_file import save_payload
 from areal_debug.recording.writer.payload_rules import describe_packed
@@ -117,7 +117,7 @@ class _Memory:
         packed["buffers"] = [in_arena(self.arena, *spec) for spec in request.buffers]
         return packed
 
-    def _read(self, plan: PackPlan, spans: list[list[tuple[int, int]]]):
+    def _read(self, plan: PackPlan, spans: list[tuple[array, array]]):
         """Each dtype's buffer read out of the training process's memory."""
         layout, offset = lay_out(
             [(dtype, [n]) for dtype, n in zip(plan.dtypes, plan.numels(), strict=True)]
@@ -127,8 +127,9 @@ class _Memory:
                 self.scratch.close()
             self.scratch = mmap.mmap(-1, max(offset, ALIGN))
         buffers = [in_arena(self.scratch, *spec) for spec in layout]
-        for pieces, buffer in zip(spans, buffers, strict=True):
+        for (addresses, lengths), buffer in zip(spans, buffers, strict=True):
             if buffer.numel():
+                pieces = list(zip(addresses, lengths, strict=True))
                 read_memory(self.parent, pieces, buffer.data_ptr())
         return plan.packed(buffers)
 
@@ -156,7 +157,7 @@ def _store(
         described = described.result() if described is not None else None
     if request.meta is not None:
         check()
-        atomic_write_json(request.meta.path, request.meta.body(stored, described))
+        request.meta.write(stored, described)
     return stored, described
 
 
