@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
-from typing import Any
+from functools import cached_property
+from typing import Any, NamedTuple
 
 import torch
 
@@ -91,9 +92,10 @@ class PackPlan:
     # plan crosses to the writer process.
     groups: list[list[torch.Tensor]] | None
 
-    def layout(self) -> tuple[list[list[int]], list[int]]:
-        """The table's rows (dtype code, offset in its dtype's buffer, ndim,
-        dims zero-padded to the widest) and each dtype's buffer's elements."""
+    @cached_property
+    def layout(self) -> Layout:
+        """The table and each dtype's buffer size, worked out once (the writer
+        process asks for the sizes first, then for the packed form)."""
         rows, ends = [], [0] * len(self.dtypes)
         shapes, at = self.shapes, 0
         while at < len(shapes):
@@ -103,16 +105,16 @@ class PackPlan:
             rows.append([code, ends[code], ndim, *dims])
             ends[code] += numel(dims)
         width = 3 + max((row[2] for row in rows), default=0)
-        return [row + [0] * (width - len(row)) for row in rows], ends
+        table = [row + [0] * (width - len(row)) for row in rows]
+        return Layout(table, width, ends)
 
     def numels(self) -> list[int]:
         """Elements of each dtype's buffer."""
-        return self.layout()[1]
+        return self.layout.numels
 
     def packed(self, buffers: list[torch.Tensor]) -> dict[str, Any]:
         """The packed form, given each dtype's buffer filled as planned."""
-        table, _ = self.layout()
-        width = len(table[0]) if table else 3
+        table, width, _ = self.layout
         return {
             "packed": PACKED_LAYOUT,
             "template": self.template,
@@ -121,6 +123,17 @@ class PackPlan:
             "dtypes": list(self.dtypes),
             "buffers": buffers,
         }
+
+
+class Layout(NamedTuple):
+    """Where a plan's tensors lie in their buffers."""
+
+    # Per tensor: dtype code, offset in its dtype's buffer, ndim, dims
+    # zero-padded to ``width``.
+    table: list[list[int]]
+    width: int
+    # Elements of each dtype's buffer.
+    numels: list[int]
 
 
 def numel(shape) -> int:

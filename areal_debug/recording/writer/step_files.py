@@ -138,13 +138,12 @@ class StepFiles:
         # With the payload, where this shard alone makes the step whole (one
         # head, no teacher log-probs to come, no copy to confirm): step.json too.
         whole = pending is None and self.num_shards == 1 and not self.records_teacher
-        step_file = StepFile(
-            os.path.join(step_dir, STEP_META), step, self.steps_per_epoch
-        )
         meta_file = MetaFile(
             os.path.join(step_dir, shard_meta_name(self.shard)),
             self.shard,
-            step_file if whole else None,
+            StepFile(os.path.join(step_dir, STEP_META), step, self.steps_per_epoch)
+            if whole
+            else None,
         )
         # Written with the payload (by the writer process, sparing this thread
         # a dozen system calls), unless the copy is still to be confirmed while

@@ -151,12 +151,8 @@ class PayloadProcess:
         """Store the payload ``plan`` lays out (and its ``meta`` file), read by
         the writer process from this process's memory; ``MemoryNotReadable`` if
         it may not."""
-        # The tensors stay referenced (and so in place) until the reply. A
-        # tensor with no base is its own storage: _dense's checks only for views.
-        dense = [
-            [t if t._base is None and t.is_contiguous() else _dense(t) for t in group]
-            for group in plan.groups
-        ]
+        # The tensors stay referenced (and so in place) until the reply.
+        dense = [[_dense(t) for t in group] for group in plan.groups]
         request = StorePlan(
             path,
             Codec(codec).value,
