@@ -295,6 +295,48 @@ def check_page(root: str, case: HostileCase, tok: str) -> str | None:
     return None
 
 
+# Python that leaves a marker file where it runs: a model's custom code (a config's
+# auto_map) that a reproducer must not import unasked.
+MODEL_CODE = "open({marker!r}, 'w').write('the recorded model ran its code')\n"
+
+
+def check_model_code(root: str, case: HostileCase, markers: str) -> str | None:
+    """A recording whose model carries custom code (``auto_map`` -> a Python file
+    that leaves a marker), and one naming a hub repository: the generated test
+    refuses each before any process starts, saying which opt-in would allow it,
+    and the model's code never runs."""
+    from areal_debug.inspect import extract, model_source
+
+    model = os.path.join(root, "model-" + case.dirname)
+    os.makedirs(model)
+    with open(os.path.join(model, "config.json"), "w") as f:
+        json.dump({"model_type": "qwen2", "auto_map": {"AutoConfig": "probe.C"}}, f)
+    with open(os.path.join(model, "probe.py"), "w") as f:
+        f.write(MODEL_CODE.format(marker=os.path.join(markers, "PWNED-model-code")))
+    wants = {
+        model: model_source.ALLOW_CODE_ENV,
+        "org/model": model_source.ALLOW_HUB_ENV,
+    }
+    for i, (path, opt_in) in enumerate(wants.items()):
+        named = HostileCase(case.experiment, case.trial, path, case.value, case.dirname)
+        rec = os.path.join(root, f"code-rec-{i}-" + case.dirname)
+        out = os.path.join(root, f"code-out-{i}-" + case.dirname)
+        write_recording(rec, named)
+        result = extract.extract(rec, 0, out)
+        if not any(opt_in in n for n in result.notes):
+            return f"extract did not say the model {path!r} needs {opt_in}"
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        env.pop(opt_in, None)
+        cmd = [*PYTEST, "--import-mode=importlib", "-k", "replay_of", out]
+        proc = subprocess.run(
+            cmd, cwd=markers, env=env, capture_output=True, timeout=600, check=False
+        )
+        log = (proc.stdout + proc.stderr).decode(errors="replace")
+        if proc.returncode == 0 or opt_in not in log or "1 failed" not in log:
+            return f"the generated test did not refuse {path!r}: {log[-2000:]}"
+    return None
+
+
 def run(root: str, cases: int, seed: int, pages: int = 5) -> list[Tally]:
     """``cases`` generated cases (the first holds every fragment); the page check
     on the first ``pages`` of them where a headless browser is installed."""
@@ -306,6 +348,7 @@ def run(root: str, cases: int, seed: int, pages: int = 5) -> list[Tally]:
     shell = Tally("hostile names: shell words", "run_replay.sh, doctor: args unchanged")
     runs = Tally("hostile names: generated tests", "collected and run, no probe runs")
     page = Tally("hostile names: report page", "shown as text, no script of the data")
+    code = Tally("hostile names: model code", "hub name, auto_map: refused unasked")
     os.makedirs(root, exist_ok=True)
     markers = tempfile.mkdtemp(prefix="markers-", dir=root)
     tok = tokenizer(os.path.join(root, "tokenizer"))
@@ -325,11 +368,18 @@ def run(root: str, cases: int, seed: int, pages: int = 5) -> list[Tally]:
         )
         if browser and i < pages:
             page.record(_guarded(check_page, where, case, tok), label)
+    # Once, with every fragment: each refusal is a pytest process of its own.
+    where = os.path.join(root, "model-code")
+    os.makedirs(where)
+    everything = HostileCase.everything()
+    code.record(
+        _guarded(check_model_code, where, everything, markers), "every fragment"
+    )
     ready = [o for o in outs if os.path.isdir(o)]
     runs.record(check_generated_tests(ready, markers) if ready else "nothing extracted")
     ran = sorted(os.listdir(markers))
     runs.record(f"probes ran: {ran}" if ran else None, "marker directory")
-    return [files, shell, runs] + ([page] if browser else [])
+    return [files, shell, runs, code] + ([page] if browser else [])
 
 
 def _guarded(check, *args) -> str | None:

@@ -199,3 +199,39 @@ def test_subset_and_checkpointless_extracts_say_what_they_can_assert(
     # An existing, non-empty directory is refused.
     assert main([*argv]) == 1
     assert "is not empty" in capsys.readouterr().err
+
+
+def test_generated_test_runs_no_model_code_and_fetches_no_hub_name(
+    spmd_d1, tmp_path, capsys
+):
+    """A recording naming a model whose config maps an Auto class to Python (AReaL
+    loads with trust_remote_code=True), or a hub repository: extract says so, and
+    the generated test refuses before starting any process; the code never runs."""
+    marker = tmp_path / "PWNED-model-code"
+    coded = tmp_path / "coded-model"
+    shutil.copytree(spmd_d1.workdir / "model", coded)
+    config = json.loads((coded / "config.json").read_text())
+    config["auto_map"] = {"AutoModelForCausalLM": "probe.Model"}
+    (coded / "config.json").write_text(json.dumps(config))
+    (coded / "probe.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    for name, model, opt_in in (
+        ("coded", str(coded), "AREAL_DEBUG_REPRO_ALLOW_CUSTOM_CODE"),
+        ("hub", "someorg/some-model", "AREAL_DEBUG_REPRO_ALLOW_HUB"),
+    ):
+        rec = tmp_path / f"rec-{name}"
+        shutil.copytree(spmd_d1.path, rec)
+        manifest = json.loads((rec / MANIFEST).read_text())
+        manifest["config"]["actor"]["path"] = model
+        (rec / MANIFEST).write_text(json.dumps(manifest))
+        out = tmp_path / f"repro-{name}"
+        argv = ["extract", str(rec), "--step", "0", "--no-checkpoint", "-o", str(out)]
+        assert main(argv) == 0
+        assert opt_in in capsys.readouterr().out
+        spec = json.loads((out / extract.SPEC).read_text())
+        assert any(opt_in in note for note in spec["notes"]), spec["notes"]
+        rc, log = run_generated_tests(out, tmp_path / f"fresh-{name}", name)
+        assert rc != 0 and "1 failed, 1 passed" in log, log[-4000:]
+        assert opt_in in log and "will not load these models" in log, log[-4000:]
+        # Refused before any process: no replay log, and the code never ran.
+        assert not list((tmp_path / f"fresh-{name}").rglob("replay.log"))
+        assert not marker.exists()

@@ -18,7 +18,7 @@ def test_hostile_names_stay_text_everywhere_areal_debug_writes_them(tmp_path):
         missing_system_part(why)
     tallies = hostile_names.run(str(tmp_path), cases=3, seed=0, pages=2)
     by_family = {t.family: t for t in tallies}
-    assert len(by_family) == 4, sorted(by_family)  # the page family included
+    assert len(by_family) == 5, sorted(by_family)  # the page family included
     for tally in tallies:
         assert tally.all_handled, (tally.family, tally.failures)
     assert by_family["hostile names: report page"].tried == 2

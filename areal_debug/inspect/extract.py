@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 
 from areal_debug.areal_compat import kept_step_info
+from areal_debug.inspect import model_source
 from areal_debug.inspect.common import (
     InspectError,
     package_version,
@@ -201,6 +202,7 @@ def extract(
     size = sum(
         os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(out) for f in fs
     )
+    notes += _model_notes(reader.manifest.config)
     logger.info(f"Extracted step {step} of {reader.path} into {out}.")
     return ExtractResult(
         out=os.path.abspath(out),
@@ -626,7 +628,7 @@ def _write_reproducer(
     stats = reader.recorded_stats(step) or {}
     from areal_debug.compare.statistics import training_stats
 
-    notes = list(plan.notes) + config_notes
+    notes = list(plan.notes) + config_notes + _model_notes(m.config)
     if dropped:
         notes.append(
             f"Config keys of the recorded run's own config class, not AReaL's "
@@ -667,6 +669,19 @@ def _write_reproducer(
     with open(REPRODUCER_FILES / TEST, "rb") as f:
         atomic_write_bytes(path, f.read())
     return path
+
+
+def _model_notes(config: dict) -> list[str]:
+    """What the reproducer will refuse to load unasked (model_source.check), said
+    at extract time: a hub name, or a local model carrying custom code."""
+    try:
+        model_source.check(model_source.model_sources(config), False, False)
+    except model_source.UntrustedModelError as e:
+        return [
+            " ".join(str(e).split("\n- ", 1)[1].split("\n- "))
+            + " (The generated test stops before starting any process.)"
+        ]
+    return []
 
 
 def _readme(spec: dict, out: str) -> str:

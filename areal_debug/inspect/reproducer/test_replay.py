@@ -11,6 +11,12 @@ is asserted and why. Run it from anywhere:
 It replays ./recording with ./replay.py (AReaL's PPO trainer, no inference engine)
 under torchrun, in a temporary directory, and checks the replay's report. Set
 AREAL_DEBUG_REPRO_MODEL=/path/to/the/same/model to use another copy of the model.
+
+It loads, unasked, only models that are local directories without custom code:
+AReaL loads models with trust_remote_code=True, so a hub name (downloaded) or a
+config's auto_map (imported) would run code the recording chose. Each needs an
+opt-in (AREAL_DEBUG_REPRO_ALLOW_HUB=1, AREAL_DEBUG_REPRO_ALLOW_CUSTOM_CODE=1);
+the refusal names the model and the key.
 """
 
 import glob
@@ -24,6 +30,7 @@ import sys
 import pytest
 import yaml
 
+from areal_debug.inspect import model_source
 from areal_debug.testing import config_literal, end_process, free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -88,10 +95,30 @@ def _run_config(tmp_path, root) -> str:
     return str(path)
 
 
+def _check_models() -> None:
+    """Refuse, before any process starts, a model that is a hub name or carries
+    custom code (model_source.check), unless the person running this opted in.
+    Read from config.yaml with the model this test uses, so the refusal names
+    the model as the recording (or AREAL_DEBUG_REPRO_MODEL) gave it."""
+    from omegaconf import OmegaConf
+
+    with open(CONFIG, encoding="utf-8") as f:
+        config = yaml.safe_load(f)
+    config.setdefault("actor", {})["path"] = config_literal(MODEL)
+    config = OmegaConf.to_container(OmegaConf.create(config), resolve=True)
+    try:
+        model_source.check(model_source.model_sources(config))
+    except model_source.UntrustedModelError as e:
+        pytest.fail(str(e), pytrace=False)
+
+
 def _replay(tmp_path):
     root = tmp_path / "root"
     os.makedirs(root / "name_resolve", exist_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    _check_models()
+    config = _run_config(tmp_path, root)
+    # The hub off unless opted into: no name reaches a download by another path.
+    env = model_source.offline_env({**os.environ, "OMP_NUM_THREADS": "1"})
     env.pop("AREAL_LLM_SERVER_ADDRS", None)
     if SPEC["mode"] == "spmd":
         env["AREAL_SPMD_MODE"] = "1"
@@ -109,7 +136,7 @@ def _replay(tmp_path):
     # a file whose path is not valid UTF-8.
     script = tmp_path / "replay.py"
     shutil.copyfile(SCRIPT, script)
-    cmd = [*launch, str(script), "--config", _run_config(tmp_path, root)]
+    cmd = [*launch, str(script), "--config", config]
     log = tmp_path / "replay.log"
     with open(log, "w") as f:
         proc = subprocess.Popen(
