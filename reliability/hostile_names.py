@@ -136,7 +136,8 @@ def check_extract(root: str, case: HostileCase) -> str | None:
     import yaml
     from omegaconf import OmegaConf
 
-    from areal_debug.inspect import extract, render
+    from areal_debug.inspect import render
+    from areal_debug.inspect.reproducer import extract
 
     rec = os.path.join(root, "rec-" + case.dirname)
     out = os.path.join(root, "out-" + case.dirname)
@@ -233,7 +234,7 @@ def check_replay_script(root: str, case: HostileCase, markers: str) -> str | Non
 
 def check_doctor_words(case: HostileCase) -> str | None:
     """doctor's suggested overrides give back the recorded values when pasted."""
-    from areal_debug.inspect.doctor import config_differences
+    from areal_debug.inspect.preflight.doctor import config_differences
 
     recorded = {"actor": {"path": case.model}, "tokenizer_path": case.value}
     current = {"actor": {"path": "other"}, "tokenizer_path": "other"}
@@ -305,7 +306,7 @@ def check_model_code(root: str, case: HostileCase, markers: str) -> str | None:
     that leaves a marker), and one naming a hub repository: the generated test
     refuses each before any process starts, saying which opt-in would allow it,
     and the model's code never runs."""
-    from areal_debug.inspect import extract, model_source
+    from areal_debug.inspect.reproducer import extract, model_source
 
     model = os.path.join(root, "model-" + case.dirname)
     os.makedirs(model)

@@ -89,7 +89,7 @@ def test_the_line_count_skips_docstrings_comments_and_fields():
 
 def packages() -> list[Path]:
     """areal_debug and every package in it (a folder with an ``__init__.py``;
-    ``examples/`` and ``inspect/reproducer/`` are package data)."""
+    ``examples/`` and ``inspect/reproducer/files/`` are package data)."""
     return sorted(p.parent for p in PACKAGE.rglob("__init__.py"))
 
 

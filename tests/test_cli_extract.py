@@ -12,7 +12,7 @@ from support.harness import run_logged
 from test_cli_inspect import flip_reward, rewrite_payload, run_json
 
 from areal_debug.cli import main
-from areal_debug.inspect import extract
+from areal_debug.inspect.reproducer import extract
 from areal_debug.recording.format import MANIFEST, step_dirname
 from areal_debug.recording.reader import RecordingReader
 from reliability.hostile_names import PYTEST, HostileCase

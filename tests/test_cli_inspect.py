@@ -512,10 +512,62 @@ def test_doctor_passes_a_faithful_replay_and_names_each_problem(
     assert any("actor.optimizer.lr" in w for w in by_severity["warning"])
 
 
+@pytest.mark.areal
+def test_doctor_names_the_silent_configurations_of_the_demos_config(spmd_d1, capsys):
+    """The demo's config packs sequences under sdpa (AReaL #1442): doctor says so
+    and how to get one sequence per micro-batch; that layout is then a change
+    that is not bitwise; flash attention without its deterministic switch and
+    Megatron's warn_only deterministic mode are named too."""
+
+    def findings(*extra):
+        rc, report = run_json(capsys, *_doctor_argv(spmd_d1, *extra))
+        assert rc == 0, report
+        return report["findings"]
+
+    (packed,) = [f for f in findings() if "attn_impl=sdpa" in f["what"]]
+    assert packed["severity"] == "warning" and "AReaL #1442" in packed["why"]
+    shortest = doctor_shortest(spmd_d1)
+    assert f"shortest recorded sequence {shortest} tokens" in packed["what"]
+    one_per_mb = f"actor.mb_spec.max_tokens_per_mb={2 * shortest - 1}"
+    assert one_per_mb in packed["fix"]
+
+    after = findings(one_per_mb)
+    assert not [f for f in after if "attn_impl=sdpa" in f["what"]]
+    (layout,) = [f for f in after if f["what"].startswith("actor.mb_spec")]
+    assert "not expected to be bitwise" in layout["why"]
+
+    flash = findings(
+        "actor.attn_impl=flash_attention_2",
+        "debug.deterministic=false",
+        "+actor.megatron.use_deterministic_algorithms=true",
+    )
+    whats = " | ".join(f["what"] for f in flash)
+    assert (
+        "attn_impl=flash_attention_2 without FLASH_ATTENTION_DETERMINISTIC=1" in whats
+    )
+    assert "actor.megatron.use_deterministic_algorithms=true without" in whats
+    # With debug.deterministic (the demo's), both are taken care of: no warning.
+    kept = findings(
+        "actor.attn_impl=flash_attention_2",
+        "+actor.megatron.use_deterministic_algorithms=true",
+    )
+    assert not [f for f in kept if "FLASH_ATTENTION_DETERMINISTIC=1" in f["what"]]
+    (strict,) = [f for f in kept if "megatron" in f["what"]]
+    assert strict["severity"] == "info" and "keeps them strict" in strict["why"]
+
+
+def doctor_shortest(recording) -> int:
+    reader = RecordingReader(recording.path)
+    return min(
+        int(reader.recorded_stats(s)["ppo_actor/seq_len/min"])
+        for s in reader.available_steps()
+    )
+
+
 def test_doctor_reads_the_training_dp_size_with_areals_parser(tmp_path):
     from types import SimpleNamespace
 
-    from areal_debug.inspect import doctor
+    from areal_debug.inspect.preflight import doctor
 
     record(str(tmp_path), {0: [[traj(0)]]}, steps_per_epoch=3)
     reader = RecordingReader(str(tmp_path))  # recorded with one data-parallel head
@@ -532,7 +584,7 @@ def test_doctor_ends_a_replay_where_its_training_loop_does(tmp_path):
     """No end step or total_train_steps: the replay's epochs of recorded steps."""
     from types import SimpleNamespace
 
-    from areal_debug.inspect import doctor
+    from areal_debug.inspect.preflight import doctor
     from areal_debug.replay_plan import ReplayPlan
 
     record(str(tmp_path), {k: [[traj(k)]] for k in range(3)}, steps_per_epoch=3)
@@ -552,8 +604,8 @@ def test_doctor_reads_the_command_of_the_demos_run_replay_sh(tmp_path, monkeypat
     """The demo's run_replay.sh (written by the demo's own code), given to doctor
     as `bash run_replay.sh ARGS`: its exec line, the arguments in place of "$@",
     and the variables its env sets while the YAML is read."""
-    from areal_debug.inspect import doctor
     from areal_debug.inspect.common import InspectError
+    from areal_debug.inspect.preflight import doctor
     from areal_debug.tooling.demo import write_replay_script
 
     workdir = tmp_path / "my demo"

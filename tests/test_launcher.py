@@ -402,7 +402,7 @@ def test_single_controller_configs_follow_the_allocation(monkeypatch, tmp_path):
 def test_doctor_reads_the_config_as_the_run_will(monkeypatch, tmp_path):
     """doctor's config has the backends the run will have, and its conflicts."""
     from areal_debug.inspect.common import InspectError
-    from areal_debug.inspect.doctor import load_command_config
+    from areal_debug.inspect.preflight.doctor import load_command_config
     from areal_debug.testing import example_config
 
     monkeypatch.setenv("AREAL_DEBUG_WORKDIR", str(tmp_path))

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from areal_debug.inspect import model_source as ms
+from areal_debug.inspect.reproducer import model_source as ms
 
 
 def model_dir(tmp_path, name, **config):

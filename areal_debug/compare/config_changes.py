@@ -37,6 +37,11 @@ TRAINING_KEYS = (
     "actor.behav_imp_weight_cap",
     "actor.rejection_sampling",
     "actor.dtype",
+    # The micro-batch layout and kernels: on a GPU a row's result depends on the
+    # batch shape (cuBLAS picks kernels by it) and on the attention backend.
+    "actor.attn_impl",
+    "actor.pad_to_maximum",
+    "actor.logprobs_chunk_size",
     "actor.disable_dropout",
     "actor.gradient_checkpointing",
     "actor.max_new_tokens",
@@ -47,6 +52,15 @@ TRAINING_KEYS = (
     "critic",
     "ref",
     "teacher",
+)
+# Keys that decide the shapes and kernels of the training forward: changed, even a
+# step that trains the same weights on the same batch rounds differently on a GPU.
+LAYOUT_KEYS = (
+    "actor.mb_spec",
+    "actor.pad_to_maximum",
+    "actor.logprobs_chunk_size",
+    "actor.attn_impl",
+    "actor.dtype",
 )
 # Keys that decide how recorded batches are grouped: a change makes the replay
 # meaningless, not merely different.
@@ -64,6 +78,10 @@ class ConfigChange:
     @property
     def grouping(self) -> bool:
         return _under(self.key, GROUPING_KEYS)
+
+    @property
+    def layout(self) -> bool:
+        return _under(self.key, LAYOUT_KEYS)
 
     def describe(self) -> str:
         return f"{self.key} is {self.current!r}, the recording was made with {self.recorded!r}"

@@ -21,10 +21,10 @@ from areal_debug.stages.names import Verdict
 
 if TYPE_CHECKING:  # the modules behind the slow commands import AReaL
     from areal_debug.inspect.diff import RecordingDiff, RunDiff
-    from areal_debug.inspect.doctor import DoctorReport
-    from areal_debug.inspect.extract import ExtractResult
     from areal_debug.inspect.listing import RecordingSummary
     from areal_debug.inspect.plot import PlotResult
+    from areal_debug.inspect.preflight.doctor import DoctorReport
+    from areal_debug.inspect.reproducer.extract import ExtractResult
     from areal_debug.inspect.show import StepView
     from areal_debug.inspect.tokens import WorstTokens
     from areal_debug.stages.mismatch import StepMismatch

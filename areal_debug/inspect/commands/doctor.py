@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """``areal-debug doctor``: pre-flight checks of a replay or resume command
-(``inspect/doctor.py``)."""
+(``inspect/preflight/doctor.py``)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
     # REMAINDER keeps the "--" that separates the command from doctor's options.
     command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     with logs_to_stderr():
-        from areal_debug.inspect import doctor, render
+        from areal_debug.inspect import render
+        from areal_debug.inspect.preflight import doctor
 
         report = doctor.doctor(args.path, command)
     emit(args, report, render.doctor_report(report))

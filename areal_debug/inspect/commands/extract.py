@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """``areal-debug extract``: one step as a self-contained reproducer with a test
-(``inspect/extract.py``)."""
+(``inspect/reproducer/extract.py``)."""
 
 from __future__ import annotations
 
@@ -49,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     from areal_debug.inspect.common import parse_int_list
 
     with logs_to_stderr():
-        from areal_debug.inspect import extract, render
+        from areal_debug.inspect import render
+        from areal_debug.inspect.reproducer import extract
 
         result = extract.extract(
             args.path,

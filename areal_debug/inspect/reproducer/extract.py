@@ -31,12 +31,12 @@ from typing import Any
 import yaml
 
 from areal_debug.areal_compat import kept_step_info
-from areal_debug.inspect import model_source
 from areal_debug.inspect.common import (
     InspectError,
     package_version,
     track,
 )
+from areal_debug.inspect.reproducer import model_source
 from areal_debug.inspect.show import check_step
 from areal_debug.logs import get_logger
 from areal_debug.recording.atomic import atomic_write_bytes, atomic_write_json
@@ -56,7 +56,7 @@ TEST = "test_replay.py"
 SPEC = "reproducer.json"
 README = "README.md"
 REPRODUCER_FORMAT = 1
-REPRODUCER_FILES = Path(__file__).resolve().parent / "reproducer"
+REPRODUCER_FILES = Path(__file__).resolve().parent / "files"
 MODEL_ENV = "AREAL_DEBUG_REPRO_MODEL"
 # Config keys the generated test sets in its own copy of config.yaml.
 SET_BY_TEST = ("cluster.fileroot", "actor.path", "debug.path")

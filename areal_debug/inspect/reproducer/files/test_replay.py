@@ -30,7 +30,7 @@ import sys
 import pytest
 import yaml
 
-from areal_debug.inspect import model_source
+from areal_debug.inspect.reproducer import model_source
 from areal_debug.testing import config_literal, end_process, free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))

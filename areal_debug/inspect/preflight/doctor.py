@@ -28,19 +28,11 @@ from areal_debug.inspect.common import (
     override_word,
     package_version,
 )
+from areal_debug.inspect.preflight.findings import ERROR, INFO, WARNING, Finding
+from areal_debug.inspect.preflight.silent_configs import silent_configurations
 from areal_debug.recording.format import KEPT, dir_bytes, kept_steps, step_dirname
 from areal_debug.recording.reader import RecordingReader, format_ranges
 from areal_debug.replay_plan import ReplayPlan, needs_teacher_servers
-
-ERROR, WARNING, INFO = "error", "warning", "info"
-
-
-@dataclass
-class Finding:
-    severity: str
-    what: str
-    why: str
-    fix: str
 
 
 @dataclass
@@ -190,9 +182,15 @@ def config_differences(recorded: dict, current: dict) -> list[Finding]:
             Finding(
                 WARNING,
                 change.describe(),
-                "training then differs from the dump run: the replay diverges "
-                "from the recorded statistics (expected only if this is the "
-                "change you are testing)",
+                (
+                    "the micro-batch layout and kernels decide the rounding: on a GPU "
+                    "a row's result depends on the batch's shape (cuBLAS picks kernels "
+                    "by it), so the replay is not expected to be bitwise"
+                    if change.layout
+                    else "training then differs from the dump run: the replay diverges "
+                    "from the recorded statistics"
+                )
+                + " (expected only if this is the change you are testing)",
                 f"set {override_word(change.key, change.recorded)} to reproduce "
                 "the recording exactly",
             )
@@ -602,6 +600,7 @@ def doctor(path: str, command: list[str]) -> DoctorReport:
         findings += _topology(reader, config)
         findings += _teacher(reader, config)
     findings += _determinism(reader, config)
+    findings += silent_configurations(reader, current, {**os.environ, **env})
     findings += _versions(reader)
     findings += _trial_and_trackers(reader, config, kind)
     findings += _disk(reader, config, kind, start, end)
