@@ -29,7 +29,7 @@ from areal_debug.inspect.commands import (
     verify,
 )
 from areal_debug.recording.format import RecordingError
-from areal_debug.tooling import demo_command
+from areal_debug.tooling import demo_command, selfcheck_command
 
 
 @dataclass(frozen=True)
@@ -133,6 +133,15 @@ COMMANDS: tuple[Command, ...] = (
         report.run,
         about=report.ABOUT,
         examples=report.EXAMPLES,
+    ),
+    Command(
+        "selfcheck",
+        "-- CMD",
+        "run a replay twice: repeatable here, and the recording's?",
+        selfcheck_command.add_arguments,
+        selfcheck_command.run,
+        about=selfcheck_command.ABOUT,
+        examples=selfcheck_command.EXAMPLES,
     ),
     Command(
         "demo",

@@ -433,6 +433,13 @@ def replay_trial(fileroot: str, experiment: str, trial: str) -> str:
         n += 1
 
 
+def recorded_trial_of(replay_trial: str) -> str:
+    """The recorded run's trial a default replay trial name was made from
+    (``<trial>_replay``, ``<trial>_replay2``, ...); any other name as it is."""
+    base, suffix, rest = replay_trial.rpartition(REPLAY_TRIAL_SUFFIX)
+    return base if suffix and (rest == "" or rest.isdigit()) else replay_trial
+
+
 def earlier_replays_note(trial: str, replay_trial_name: str) -> str | None:
     """What a replay run under a fresh trial says (None under the first one)."""
     base = trial + REPLAY_TRIAL_SUFFIX

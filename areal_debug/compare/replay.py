@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -12,7 +13,11 @@ from areal_debug.compare.statistics import StatsComparison, timing_stats, traini
 from areal_debug.determinism import current_settings, differences
 from areal_debug.logs import get_logger
 from areal_debug.recording.atomic import atomic_write_json
-from areal_debug.recording.format import RecordingError
+from areal_debug.recording.format import (
+    REPLAY_STAGES_DIRNAME,
+    RecordingError,
+    step_dirname,
+)
 from areal_debug.recording.manifest import Layout
 from areal_debug.recording.reader import RecordingReader
 from areal_debug.stages.names import Verdict
@@ -86,6 +91,14 @@ class ReplayComparison:
             compared["ref_logp"]["source"] = ref_source
             compared["ref_logp"]["reference_forwards"] = ref_forwards
         self._stages[step] = compared
+        self._keep_stages(step, stages)
+
+    def _keep_stages(self, step: int, stages) -> None:
+        """The replay's own digests of the step beside its report (small: sums per
+        tensor, not tensors), for comparing two replays with each other."""
+        folder = os.path.join(os.path.dirname(self.report_path), REPLAY_STAGES_DIRNAME)
+        os.makedirs(folder, exist_ok=True)
+        atomic_write_json(os.path.join(folder, f"{step_dirname(step)}.json"), stages)
 
     def check_model(self, step: int, model: dict[str, list], actor_path: str) -> None:
         """The replay's weights as its first step starts against the recording's

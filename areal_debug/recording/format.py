@@ -36,6 +36,11 @@ SUPPORTED_FORMAT_VERSIONS = (1, 2, 3)
 # layer that reads or writes it, so the choice of a replay's trial (config) and
 # the report itself (compare) name the same file.
 REPLAY_REPORT_NAME = "replay_report.json"
+# Beside the report: the replay's own stage digests, one file per step
+# (``step-NNNNNN.json``, the recording's stages.json form), so that two replays can
+# be compared with each other (``areal-debug selfcheck``), not only with the
+# recording.
+REPLAY_STAGES_DIRNAME = "replay_stages"
 
 
 class StepRanges:
