@@ -14,6 +14,11 @@
 #                recorder at a real model's shape on a GPU (a small shape on CPU)
 #   make reliability  the lifecycle tests, then the whole reliability suite (crashes,
 #                hostile files, ...) and its table
+#   make gpu-check-prepare  here: the wheels a lent GPU machine lacks (AReaL 1.0.4 and
+#                its imports) into .whl/, and what one call would carry (<= 60 MiB)
+#   make gpu-check  on that machine (python3 on PATH, no venv, no network): the demo
+#                in bf16 on CUDA, selfcheck, dump_overhead and bench-gpu's script, each under a
+#                time limit, one summary line each (benchmarks/gpu_check/run.sh)
 PYTHON ?= python3
 # The AReaL release to install (by name, from whatever index or --find-links
 # folder pip is given) and the venv to install it in.
@@ -25,7 +30,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.setup-done-areal-$(AREAL)
 
-.PHONY: setup test test-lifecycle test-leg demo lint bench bench-gpu reliability clean
+.PHONY: setup test test-lifecycle test-leg demo lint bench bench-gpu reliability gpu-check-prepare gpu-check clean
 
 setup: $(STAMP)
 
@@ -99,6 +104,15 @@ bench-gpu: setup
 
 reliability: test-lifecycle
 	OMP_NUM_THREADS=1 $(PY) -m reliability.run
+
+# The lent GPU machine's check in one call: prepare here, then run there with the
+# device tool's `carry: [".whl"]` (benchmarks/gpu_check/run.sh says how). No
+# dependency on setup: that machine has no venv, and its python3 holds torch.
+gpu-check-prepare:
+	bash benchmarks/gpu_check/prepare.sh
+
+gpu-check:
+	bash benchmarks/gpu_check/run.sh
 
 clean:
 	rm -rf $(VENV)

@@ -84,3 +84,19 @@ def test_kernel_versions_and_the_gpu_count_only_where_a_gpu_replays():
         "versions.cudnn: recorded '91000', replay '92000'",
         "versions.torch: recorded '2.11.0', replay '2.13.0'",
     ]
+
+
+def test_the_version_of_a_checkout_that_was_never_installed(monkeypatch):
+    """Run from a source checkout on PYTHONPATH (no distribution metadata, as on
+    the GPU machine), a dump names the checkout's version: the metadata lookup
+    alone had ended the first GPU dump run writing its manifest."""
+    from importlib.metadata import PackageNotFoundError
+
+    from areal_debug import version
+
+    def not_installed(name):
+        raise PackageNotFoundError(name)
+
+    monkeypatch.setattr(version, "version", not_installed)
+    assert version.areal_debug_version() == f"{version.source_version()}+source"
+    assert version.source_version() == "0.1.0"

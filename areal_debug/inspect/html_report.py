@@ -24,7 +24,6 @@ from areal_debug.inspect.common import (
     InspectError,
     is_recording,
     logger,
-    package_version,
     parse_steps,
     replay_report_at,
     require_path,
@@ -37,6 +36,7 @@ from areal_debug.inspect.plot_recording import RECORDING_METRICS, anomalies
 from areal_debug.inspect.show import load_tokenizer, tokenizer_path_of
 from areal_debug.recording.reader import RecordingReader, format_ranges
 from areal_debug.stages.names import step_order
+from areal_debug.version import areal_debug_version
 
 # Trajectories kept per step, and completion tokens per trajectory for the token
 # view: a 100-step recording of 512 x 2k-token steps stays a page a browser opens.
@@ -156,7 +156,7 @@ def _run_data(
     m = reader.manifest
     return {
         "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "tool": f"areal-debug {package_version('areal-debug') or '?'}",
+        "tool": f"areal-debug {areal_debug_version() or '?'}",
         "recording": os.path.abspath(reader.path),
         "label": f"{m.experiment_name}/{m.trial_name}",
         "manifest": _manifest(reader),

@@ -37,6 +37,7 @@ from areal_debug.recording.writer.start import (
     sweep_leftovers,
     write_manifest,
 )
+from areal_debug.version import areal_debug_version
 
 logger = get_logger("DebugDump")
 
@@ -142,7 +143,7 @@ class DumpMode(ActiveMode):
         layout.rollout_backend = config.rollout.backend
         return Manifest(
             format_version=FORMAT_VERSION,
-            areal_debug_version=pkg_version("areal-debug"),
+            areal_debug_version=areal_debug_version(),
             areal_version=pkg_version("areal"),
             areal_build=areal_compat.installed_areal_build(),
             torch_version=torch.__version__,

@@ -26,13 +26,13 @@ from areal_debug.inspect.common import (
     first_line,
     human_bytes,
     override_word,
-    package_version,
 )
 from areal_debug.inspect.preflight.findings import ERROR, INFO, WARNING, Finding
 from areal_debug.inspect.preflight.silent_configs import silent_configurations
 from areal_debug.recording.format import KEPT, dir_bytes, kept_steps, step_dirname
 from areal_debug.recording.reader import RecordingReader, format_ranges
 from areal_debug.replay_plan import ReplayPlan, needs_teacher_servers
+from areal_debug.version import areal_debug_version
 
 
 @dataclass
@@ -214,7 +214,7 @@ def _versions(reader: RecordingReader) -> list[Finding]:
         )
     for name, recorded, current, severity in (
         ("torch", m.torch_version, torch.__version__, WARNING),
-        ("areal-debug", m.areal_debug_version, package_version("areal-debug"), INFO),
+        ("areal-debug", m.areal_debug_version, areal_debug_version(), INFO),
     ):
         if recorded and current and recorded != current:
             out.append(

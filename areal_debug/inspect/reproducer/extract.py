@@ -33,7 +33,6 @@ import yaml
 from areal_debug.areal_compat import kept_step_info
 from areal_debug.inspect.common import (
     InspectError,
-    package_version,
     track,
 )
 from areal_debug.inspect.reproducer import model_source
@@ -46,6 +45,7 @@ from areal_debug.recording.manifest import SINGLE_CONTROLLER, Manifest
 from areal_debug.recording.reader import RecordingReader, format_ranges
 from areal_debug.recording.writer.recording_writer import RecordingWriter
 from areal_debug.testing import config_literal
+from areal_debug.version import areal_debug_version
 
 RECORDING = "recording"
 CONFIG = "config.yaml"
@@ -316,7 +316,7 @@ def _write_manifest(reader, rec, step, plan, trajectories, single) -> None:
         "trajectories": trajectories,
         "checkpoint": plan.checkpoint,
         "faithful": plan.faithful and trajectories is None,
-        "areal_debug_version": package_version("areal-debug"),
+        "areal_debug_version": areal_debug_version(),
         "time": datetime.datetime.now(datetime.UTC).isoformat(),
     }
     Manifest.from_json(raw)  # what a reader will check
@@ -637,7 +637,7 @@ def _write_reproducer(
         )
     spec = {
         "reproducer_format": REPRODUCER_FORMAT,
-        "extracted_by": f"areal-debug {package_version('areal-debug')}",
+        "extracted_by": f"areal-debug {areal_debug_version()}",
         "extracted_at": datetime.datetime.now(datetime.UTC).isoformat(),
         "source": {
             "recording": os.path.abspath(reader.path),
