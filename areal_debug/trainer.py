@@ -11,14 +11,14 @@ AReaL's private hook names are mapped to these in ``areal_compat.TrainerHooks``.
 
 from __future__ import annotations
 
-from areal_debug.areal_compat import TrainerHooks, check_areal_version
+from areal_debug.areal_compat import TRAINER_HOOKS, TrainerHooks, check_areal_version
 from areal_debug.config import DebugConfig, debug_config_of
 from areal_debug.modes import DebugMode, choose_mode
 
 
 class DebugPPOTrainer(TrainerHooks):
     def __init__(self, config, train_dataset=None, valid_dataset=None):
-        check_areal_version()
+        check_areal_version(hooks=TRAINER_HOOKS)
         self.debug: DebugConfig = debug_config_of(config)
         self.debug_mode: DebugMode = choose_mode(self, self.debug)
         train_dataset, valid_dataset = self.debug_mode.prepare(

@@ -219,22 +219,53 @@ def test_both_release_lines_are_accepted(version, monkeypatch):
     assert areal_compat.check_areal_version(version) == version
 
 
-@pytest.mark.parametrize(
-    "version", ["1.0.3", "1.1.0", "0.9.2", "1.9.9", "2.1.0", "3.0"]
-)
-def test_unsupported_areal_is_refused_with_one_message(version, monkeypatch):
+@pytest.mark.parametrize("version", ["1.0.3", "0.9.2", "1.0"])
+def test_a_release_older_than_the_hooks_is_refused_with_one_message(
+    version, monkeypatch
+):
     monkeypatch.delenv(areal_compat.ALLOW_ANY_VERSION_ENV, raising=False)
     with pytest.raises(areal_compat.UnsupportedArealError) as e:
         areal_compat.check_areal_version(version)
     message = str(e.value)
-    assert f"AReaL {version} is installed" in message
-    assert ">= 1.0.4, < 1.1.0 or >= 2.0.0, < 2.1.0" in message
-    assert "pip install areal==2.0.0 or areal==1.0.4" in message
+    assert f"AReaL {version} is installed; areal-debug needs AReaL >= 1.0.4" in message
+    assert "tested: 1.0.4, 2.0.0 and main @cbff54d" in message
 
 
-def test_unsupported_areal_can_be_tried_on_purpose(monkeypatch):
+@pytest.mark.parametrize("version", ["2.1.0", "2.1.3", "3.0.0", "1.1.0"])
+def test_an_untested_release_with_every_hook_runs_with_one_warning(
+    version, monkeypatch
+):
+    """AReaL 2.1 (main after cbff54d relabelled), 3.0: the hooks the trainer and
+    the launcher reach are looked up in the installed AReaL; all there, it runs."""
+    monkeypatch.delenv(areal_compat.ALLOW_ANY_VERSION_ENV, raising=False)
+    hooks = areal_compat.TRAINER_HOOKS + areal_compat.LAUNCHER_HOOKS
+    assert areal_compat.missing_hooks(hooks) == []
+    said = []
+    monkeypatch.setattr(compat_module("versions").logger, "warning", said.append)
+    monkeypatch.setattr(compat_module("versions"), "_warned", set())
+    assert areal_compat.check_areal_version(version, hooks=hooks) == version
+    assert areal_compat.check_areal_version(version, hooks=hooks) == version
+    (warning,) = said  # once per process
+    assert f"AReaL {version} is not a release areal-debug was tested with" in warning
+
+
+def test_a_release_missing_a_hook_is_refused_naming_it(monkeypatch):
+    monkeypatch.delenv(areal_compat.ALLOW_ANY_VERSION_ENV, raising=False)
+    hooks = (
+        ("areal.api.cli_args", "BaseExperimentConfig"),
+        ("areal.trainer.rl_trainer", "PPOTrainer._no_such_hook"),
+        ("areal.no_such_module", "anything"),
+    )
+    with pytest.raises(areal_compat.UnsupportedArealError) as e:
+        areal_compat.check_areal_version("2.1.0", hooks=hooks)
+    message = str(e.value)
+    assert (
+        "AReaL 2.1.0 lacks what areal-debug hooks into: areal.trainer.rl_trainer."
+        "PPOTrainer._no_such_hook, areal.no_such_module.anything" in message
+    )
+    # On purpose, it runs anyway.
     monkeypatch.setenv(areal_compat.ALLOW_ANY_VERSION_ENV, "1")
-    assert areal_compat.check_areal_version("1.1.0") == "1.1.0"
+    assert areal_compat.check_areal_version("2.1.0", hooks=hooks) == "2.1.0"
 
 
 def test_a_recording_tells_areal_builds_of_one_version_apart(monkeypatch):

@@ -137,6 +137,49 @@ def test_wheel_ships_the_demo_and_the_installed_copy_uses_it(tmp_path):
     assert str(REPO / "areal_debug") not in text
 
 
+# The AReaL an existing environment may hold: the tested releases, and one that
+# reports a release areal-debug was not tested with (accepted at start when its
+# hooks are there: areal_compat.check_areal_version).
+AREAL_IN_USERS_ENVIRONMENTS = ("1.0.4", "2.0.0", "2.1.0", "3.0.0")
+
+
+def test_installing_the_wheel_replaces_neither_areal_nor_torch(tmp_path):
+    """Every requirement of the built wheel is met by what an AReaL environment
+    already has, whichever AReaL it holds: pip, asked to install areal-debug
+    there, replaces nothing (an upper bound on areal had made it swap a newer
+    AReaL for 1.0.4, the one release the index serves)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.requirements import Requirement
+
+    wheel = build_wheel(tmp_path)
+    with zipfile.ZipFile(wheel) as z:
+        (meta,) = [n for n in z.namelist() if n.endswith(".dist-info/METADATA")]
+        lines = z.read(meta).decode().splitlines()
+    requirements = [
+        Requirement(line.split(":", 1)[1].strip())
+        for line in lines
+        if line.startswith("Requires-Dist:")
+    ]
+    assert {r.name for r in requirements} >= {"areal", "torch"}
+    for req in requirements:
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue
+        if req.name == "areal":
+            for areal in AREAL_IN_USERS_ENVIRONMENTS:
+                assert req.specifier.contains(areal, prereleases=True), (req, areal)
+            continue
+        if req.name == "torch":
+            # Any torch the environment has: a pinned or bounded one could pull
+            # another (CUDA) build.
+            assert not req.specifier, req
+        try:
+            installed = version(req.name)
+        except PackageNotFoundError:
+            raise AssertionError(f"{req} is not installed in the AReaL venv") from None
+        assert req.specifier.contains(installed, prereleases=True), (req, installed)
+
+
 def test_testing_module_imports_neither_torch_nor_areal():
     """areal_debug.testing itself stays light (loaded alone, without the
     package's __init__, which loads AReaL's config classes)."""

@@ -30,6 +30,11 @@ import importlib
 SUBJECTS: dict[str, tuple[str, ...]] = {
     "versions": (
         "SUPPORTED_AREAL",
+        "TESTED_AREAL",
+        "MINIMUM_AREAL",
+        "TRAINER_HOOKS",
+        "LAUNCHER_HOOKS",
+        "missing_hooks",
         "ALLOW_ANY_VERSION_ENV",
         "UnsupportedArealError",
         "installed_areal_version",

@@ -17,13 +17,40 @@ from areal_debug.logs import get_logger
 
 logger = get_logger("DebugArealCompat")
 
-# Each supported release line as [low, high): the contract test
-# (tests/test_areal_contract.py) has passed on the release each line names.
+# Each release line the contract test (tests/test_areal_contract.py) has passed on,
+# as [low, high): 1.0.4, tag v2.0.0 and main @cbff54d (which says 2.0.0).
 SUPPORTED_AREAL = (
     ((1, 0, 4), (1, 1, 0)),
     ((2, 0, 0), (2, 1, 0)),
 )
+TESTED_AREAL = "1.0.4, 2.0.0 and main @cbff54d"
+# Older releases lack hooks areal-debug needs (the one step clock, RPC tensors).
+MINIMUM_AREAL = (1, 0, 4)
 ALLOW_ANY_VERSION_ENV = "AREAL_DEBUG_ALLOW_ANY_AREAL"
+
+# The AReaL symbols the hooks reach, (module, attribute path), by the process that
+# needs them: on a release outside SUPPORTED_AREAL they are looked up at start, and
+# a missing one refuses the run naming it (the contract test checks every symbol
+# of the adapter on the tested releases). The trainer's modules are imported by
+# then, so the look-up costs milliseconds.
+TRAINER_HOOKS = (
+    ("areal.trainer.rl_trainer", "PPOTrainer._init_rollout"),
+    ("areal.trainer.rl_trainer", "PPOTrainer.train"),
+    ("areal.trainer.rl_trainer", "PPOTrainer.close"),
+    ("areal.api.cli_args", "BaseExperimentConfig"),
+    ("areal.api.engine_api", "InferenceEngine"),
+    ("areal.engine", "FSDPPPOActor"),
+    ("areal.utils.data", "split_and_unpad_tensor"),
+    ("areal.utils.recover", "RecoverHandler"),
+    ("areal.utils.saver", "Saver"),
+    ("areal.utils.stats_logger", "StatsLogger"),
+    ("areal.utils.stats_tracker", "export"),
+)
+LAUNCHER_HOOKS = (
+    ("areal.api.cli_args", "parse_cli_args"),
+    ("areal.api.cli_args", "to_structured_cfg"),
+    ("areal.infra.launcher.local", "local_main"),
+)
 
 
 class UnsupportedArealError(RuntimeError):
@@ -151,32 +178,65 @@ def areal_release(installed: str | None = None) -> tuple[int, int]:
     return _parse_version(installed or installed_areal_version())[:2]
 
 
-def check_areal_version(installed: str | None = None) -> str:
-    """Return the installed AReaL version; raise one clear error if unsupported.
+def missing_hooks(hooks: tuple[tuple[str, str], ...]) -> list[str]:
+    """``module.attribute`` of each hook the installed AReaL lacks."""
+    import importlib
 
-    Setting ``AREAL_DEBUG_ALLOW_ANY_AREAL=1`` turns the error into a warning, for
-    trying a new AReaL before ``tests/test_areal_contract.py`` has passed on it.
-    """
+    missing = []
+    for module, path in hooks:
+        try:
+            obj = importlib.import_module(module)
+            for name in path.split("."):
+                obj = getattr(obj, name)
+        except (ImportError, AttributeError):
+            missing.append(f"{module}.{path}")
+    return missing
+
+
+_warned: set[str] = set()
+
+
+def check_areal_version(
+    installed: str | None = None, hooks: tuple[tuple[str, str], ...] = ()
+) -> str:
+    """Return the installed AReaL version; raise one clear error where it cannot
+    work. A release the contract test passed on runs as it is; an older one than
+    :data:`MINIMUM_AREAL` is refused; any other (2.1, 3.0, ...) runs with one
+    warning naming the tested builds, unless one of ``hooks`` is missing, which
+    refuses it naming the hook. ``AREAL_DEBUG_ALLOW_ANY_AREAL=1`` turns a refusal
+    into a warning."""
     if installed is None:
         installed = installed_areal_version()
     parsed = _parse_version(installed)
     if any(low <= parsed < high for low, high in SUPPORTED_AREAL):
         return installed
-    ranges = " or ".join(
-        f">= {_dotted(low)}, < {_dotted(high)}" for low, high in SUPPORTED_AREAL
-    )
-    releases = " or ".join(
-        f"areal=={_dotted(low)}" for low, _ in reversed(SUPPORTED_AREAL)
-    )
-    msg = (
-        f"areal-debug supports AReaL {ranges}, but AReaL {installed} is installed. "
-        "areal-debug reaches into AReaL's trainer, launchers and single-controller "
-        "internals, which change between releases. Install a supported AReaL "
-        f"(pip install {releases}), or set "
-        f"{ALLOW_ANY_VERSION_ENV}=1 to try anyway after running "
-        "tests/test_areal_contract.py against it."
-    )
+    if parsed < MINIMUM_AREAL:
+        problem = (
+            f"AReaL {installed} is installed; areal-debug needs AReaL >= "
+            f"{_dotted(MINIMUM_AREAL)} (tested: {TESTED_AREAL}). Install a newer "
+            "AReaL (pip install 'areal>=1.0.4')"
+        )
+    else:
+        missing = missing_hooks(hooks)
+        if not missing:
+            if installed not in _warned:
+                _warned.add(installed)
+                logger.warning(
+                    f"AReaL {installed} is not a release areal-debug was tested with "
+                    f"({TESTED_AREAL}); every hook it needs is there, so it runs. A "
+                    "replay still compares every step bit for bit with its recording "
+                    "and says where they part."
+                )
+            return installed
+        problem = (
+            f"AReaL {installed} lacks what areal-debug hooks into: "
+            f"{', '.join(missing)} (tested: {TESTED_AREAL}). Install a tested AReaL "
+            "(pip install areal==1.0.4, or 2.0.0 from its repository), or an "
+            "areal-debug that supports this one"
+        )
     if os.environ.get(ALLOW_ANY_VERSION_ENV) == "1":
-        logger.warning(msg)
+        logger.warning(f"{problem}; trying anyway ({ALLOW_ANY_VERSION_ENV}=1).")
         return installed
-    raise UnsupportedArealError(msg)
+    raise UnsupportedArealError(
+        f"{problem}, or set {ALLOW_ANY_VERSION_ENV}=1 to try anyway."
+    )

@@ -57,7 +57,7 @@ def _select(cfg: DictConfig, key: str, default=None):
 
 
 def plan_launch(argv: list[str], resize_cluster: bool = False) -> LaunchPlan:
-    areal_compat.check_areal_version()
+    areal_compat.check_areal_version(hooks=areal_compat.LAUNCHER_HOOKS)
     check_debug_keys(argv)
     cfg, argv = parse_config(argv)
     recording = check_debug_section(cfg)
