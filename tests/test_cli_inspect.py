@@ -295,6 +295,12 @@ def test_keys_areal_debug_does_not_know_are_kept_replayed_and_shown(tmp_path, ca
         (["plot", "{rec}", "-o", "{missing}/x.png"], 1, "holds no statistics"),
         (["extract", "{rec}", "--step", "3", "-o", "{missing}"], 1, "Step 3 is not"),
         (["doctor", "{rec}", "--", "python", "train.py"], 1, "No --config"),
+        (
+            ["doctor", "{rec}", "--", "x.py", "--config", "x.yaml", "debug.end_stpe=2"],
+            1,
+            "debug.end_stpe is not a debug key. Did you mean debug.replay_end_step",
+        ),
+        (["verify", "{missing}"], 2, "No recording at {missing}: the directory"),
     ],
 )
 def test_bad_input_is_one_clear_line(tmp_path, capsys, argv, code, message):
@@ -302,6 +308,7 @@ def test_bad_input_is_one_clear_line(tmp_path, capsys, argv, code, message):
     record(rec, {0: [[traj(0)]]})
     missing = str(tmp_path / "missing")
     argv = [a.format(rec=rec, missing=missing) for a in argv]
+    message = message.format(missing=missing)
     assert main(argv) == code
     err = capsys.readouterr().err
     assert err.startswith("areal-debug: ") and message in err, err

@@ -152,6 +152,28 @@ def test_only_statistics_diverging_is_the_stats_stage():
     assert (first["stage"], first["where"]) == ("stats", "a")
 
 
+def test_the_summary_prints_no_inf_and_no_false_all_clear():
+    """A metric recorded 0 has no relative difference: the summary says so, not
+    "inf"; a replay stopped before any step (another model, fail_on_divergence)
+    does not say its "0 replayed steps match the recording"."""
+    comparison = StatsComparison(
+        "rec", 0.0, 0.0, TopologyChange("spmd", "spmd", 1, 1, 1, 1)
+    )
+    comparison.add(0, {"a": 0.0}, {"a": 2.0})
+    text = "\n".join(comparison.summary_lines())
+    assert "inf" not in text and "recorded 0" in text, text
+    stopped = StatsComparison(
+        "rec", 0.0, 0.0, TopologyChange("spmd", "spmd", 1, 1, 1, 1)
+    )
+    stopped.report.model = {"status": "differs", "where": "lm_head.weight"}
+    lines = stopped.summary_lines()
+    assert not any(line.startswith("No divergence") for line in lines), lines
+    assert lines[-1] == (
+        "No step was replayed to its end, so none was compared: the model is not "
+        "the recorded one (above)."
+    )
+
+
 def test_per_rank_stages_are_not_compared_across_layouts():
     logp, w = torch.randn(5), torch.randn(3)
     rec, _ = _log(0.5, logp, w)

@@ -157,7 +157,7 @@ class StatsComparison:
             diffs = [m.get("rel_diff", 0.0) for m in e.metrics.values()]
             lines.append(
                 f"{e.global_step:>6}  {e.status:<16} {len(e.metrics):>7}  "
-                f"{max(diffs, default=0.0):>12.3g}"
+                f"{_relative(max(diffs, default=0.0)):>12}"
             )
         first = self.first_divergence()
         if self.report.topology.changed:
@@ -176,7 +176,16 @@ class StatsComparison:
             lines.append(
                 f"Every stage identical at every step ({names}): weights included."
             )
-        if first is None and staged is None:
+        if not self.steps:
+            lines.append(
+                "No step was replayed to its end, so none was compared"
+                + (
+                    ": the model is not the recorded one (above)."
+                    if (self.report.model or {}).get("status") == Verdict.DIFFERS
+                    else "."
+                )
+            )
+        elif first is None and staged is None:
             lines.append(
                 f"No divergence: {len(self.steps)} replayed steps match the recording."
             )
@@ -184,9 +193,15 @@ class StatsComparison:
             lines.append(
                 f"First divergence at step {first['global_step']}, metric {first['metric']}: "
                 f"recorded {first['recorded']!r}, replayed {first['replayed']!r} "
-                f"(rel diff {first['rel_diff']:.3g}; {first['num_diverged_metrics']} metrics diverged at that step)."
+                f"(rel diff {_relative(first['rel_diff'])}; {first['num_diverged_metrics']} metrics diverged at that step)."
             )
         return lines
+
+
+def _relative(diff: float) -> str:
+    """A relative difference as printed: where the recorded value is 0 there is
+    none (the JSON keeps inf); the absolute difference says by how much."""
+    return "recorded 0" if math.isinf(diff) else f"{diff:.3g}"
 
 
 def _all_stages_identical(entry: StepComparison) -> bool:

@@ -112,11 +112,11 @@ class RecordingReader:
         self.path = path
         if not os.path.isdir(path):
             raise RecordingError(
-                f"No recording at debug.path={path}: the directory does not exist. "
-                "By default the path is derived from the recorded run's "
-                "cluster.fileroot, experiment_name and trial_name; replay with the "
-                "same three values as the dump run, or set debug.path to the "
-                "recording directory (the one holding manifest.json)."
+                f"No recording at {path}: the directory does not exist. Give the "
+                "directory a dump run wrote (it holds manifest.json; `areal-debug ls "
+                "FILEROOT` lists them). A replay derives it from the recorded run's "
+                "cluster.fileroot, experiment_name and trial_name unless debug.path "
+                "names it."
             )
         manifest_path = inside(path, os.path.join(path, MANIFEST))
         if not os.path.exists(manifest_path):

@@ -133,15 +133,19 @@ def load_command_config(command: list[str]):
     from areal_debug.allocation import AllocationError
     from areal_debug.areal_compat import compose_config
     from areal_debug.config import (
+        DebugConfigError,
         _parsing_class,
         agree_argv_with_allocation,
+        check_debug_keys,
         compose_with_debug_overrides,
     )
 
     try:
+        # As the launcher does: a mistyped debug key named, with the closest ones.
+        check_debug_keys(config_argv(command))
         # As the run will: every training engine's backend follows allocation_mode.
         argv = agree_argv_with_allocation(config_argv(command))
-    except AllocationError as e:
+    except (AllocationError, DebugConfigError) as e:
         raise InspectError(str(e)) from e
     cls = _parsing_class(GRPOConfig)
 
