@@ -166,7 +166,10 @@ def check_extract(root: str, case: HostileCase) -> str | None:
     # The last thing printed; a quoted newline stays inside its word.
     line = str(render.extract_result(result)).split("run it:", 1)[1]
     words = shlex.split(line)
-    if words != ["python", "-m", "pytest", "-q", result.out]:
+    if words[1:] != ["-m", "pytest", "-q", result.out] or words[0] not in (
+        "python",
+        sys.executable,
+    ):
         return f"the 'run it' line splits into {words!r}"
     return None
 

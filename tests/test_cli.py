@@ -135,3 +135,21 @@ def test_processes_that_need_no_areal_load_none():
         "reliability.writer_child",
     )
     assert loads_areal("areal_debug.modes.dump")
+
+
+def test_printed_commands_run_in_the_shell_they_are_printed_for(monkeypatch):
+    """The demo's next: lines and extract's run it: line name areal-debug and the
+    interpreter as the user's shell finds them: bare where PATH has this venv's,
+    else by path (a venv not activated: "command not found" otherwise)."""
+    import os
+    import sys
+
+    from areal_debug.inspect.common import cli_command, python_command
+
+    here = os.path.dirname(os.path.abspath(sys.executable))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert cli_command() == os.path.join(here, "areal-debug")
+    assert python_command() == sys.executable
+    monkeypatch.setenv("PATH", f"{here}:/usr/bin:/bin")
+    assert cli_command() == "areal-debug"
+    assert python_command() in ("python", sys.executable)

@@ -11,6 +11,7 @@ import pytest
 from support.harness import rpc_workers
 from support.recordings import SC_REFUSED_STEP, SC_STEPS
 
+from areal_debug.inspect.common import cli_command
 from areal_debug.inspect.listing import pinned_steps
 from areal_debug.inspect.plot_recording import anomalies
 from areal_debug.recording.reader import RecordingReader
@@ -53,7 +54,9 @@ def assert_demo_output(out: str, steps: int, wd) -> None:
     (report,) = (wd / "root" / "logs").rglob("trial0_replay/replay_report.json")
     assert f"report:    {report}" in out
     recording = wd / "root" / "tinydemo" / "trial0" / "areal_debug_recording"
-    assert f"next:      areal-debug report {recording} -o {wd}/report.html" in out
+    # As the shell that ran the demo can type it (its venv on PATH or not).
+    cli = cli_command()
+    assert f"next:      {cli} report {recording} -o {wd}/report.html" in out
     assert server_processes(wd) == []
     # The recording was made by AReaL's real SGLang client against the server.
     assert "Loaded weights from" in (wd / "server.log").read_text()

@@ -202,3 +202,35 @@ def status(description: str) -> Iterator[None]:
 
     with Console(stderr=True).status(description):
         yield
+
+
+def _on_path_here(name: str) -> bool:
+    """Whether ``name`` on PATH is the one beside this interpreter (compared as
+    paths, not resolved: a venv's python links to the base interpreter)."""
+    import shutil
+    from pathlib import Path
+
+    found = shutil.which(name)
+    return found is not None and Path(found).absolute().parent == (
+        Path(sys.executable).absolute().parent
+    )
+
+
+def cli_command() -> str:
+    """``areal-debug`` as a person can type it in the shell this ran from: the bare
+    name where PATH finds this installation's, else its path beside this Python (a
+    venv not activated), else ``PYTHON -m areal_debug.cli``."""
+    from pathlib import Path
+
+    if _on_path_here("areal-debug"):
+        return "areal-debug"
+    beside = Path(sys.executable).absolute().parent / "areal-debug"
+    if beside.exists():
+        return shlex.quote(str(beside))
+    return f"{shlex.quote(sys.executable)} -m areal_debug.cli"
+
+
+def python_command() -> str:
+    """This interpreter as a shell word: ``python`` where PATH finds it, else its
+    path (the one that has areal-debug and what its reproducers import)."""
+    return "python" if _on_path_here("python") else shlex.quote(sys.executable)

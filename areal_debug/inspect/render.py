@@ -15,7 +15,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from areal_debug.inspect.common import human_bytes
+from areal_debug.inspect.common import human_bytes, python_command
 from areal_debug.recording.reader import format_ranges
 from areal_debug.stages.names import Verdict
 
@@ -332,7 +332,7 @@ def extract_result(r: ExtractResult) -> Text:
         r.asserts,
     ]
     lines += [f"NOTE: {n}" for n in r.notes]
-    lines += ["", f"run it:  python -m pytest -q {shlex.quote(r.out)}"]
+    lines += ["", f"run it:  {python_command()} -m pytest -q {shlex.quote(r.out)}"]
     return Text("\n".join(lines))
 
 

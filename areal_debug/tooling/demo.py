@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from areal_debug import testing
+from areal_debug.inspect.common import cli_command
 from areal_debug.recording.reader import RecordingReader
 from areal_debug.testing import end_process, example_command, run_env, tail
 from areal_debug.tooling.logprob_fault import FaultError
@@ -295,11 +296,13 @@ def run_demo(
     print(f"re-run:    bash {shlex.quote(str(script))} [overrides...]")
     print(f"report:    {report_path(wd)}")
     rec = shlex.quote(reader.path)
+    # As typed in the shell the demo ran from (a venv not activated included).
+    cli = cli_command()
     print(
-        f"next:      areal-debug report {rec} -o "
+        f"next:      {cli} report {rec} -o "
         f"{shlex.quote(str(wd / 'report.html'))}   # every step, trajectory, token\n"
-        f"           areal-debug show {rec} --step 0 --decode\n"
-        f"           areal-debug mismatch {rec}"
+        f"           {cli} show {rec} --step 0 --decode\n"
+        f"           {cli} mismatch {rec}"
     )
     if ok:
         print(f"OK: all {len(reader.available_steps())} steps replayed bit for bit.")
