@@ -99,8 +99,11 @@ bench: setup
 
 # The recorder at a real model's shape (Qwen2.5-1.5B, 512 x 2048 tokens) on a GPU;
 # a small shape on CPU. Needs only PyTorch and transformers where it runs.
-bench-gpu: setup
-	$(PY) benchmarks/gpu_step.py
+# Run with the interpreter it is given, no set-up first: a GPU machine has its own
+# torch (`make bench-gpu BENCH_PY=python3`); the venv's where one exists here.
+BENCH_PY ?= $(if $(wildcard $(PY)),$(PY),$(PYTHON))
+bench-gpu:
+	$(BENCH_PY) benchmarks/gpu_step.py
 
 reliability: test-lifecycle
 	OMP_NUM_THREADS=1 $(PY) -m reliability.run
