@@ -96,3 +96,31 @@ def test_diff_of_a_replay_report_tells_the_story():
     assert "Replay story: identical to the recording at every step (2)" in (
         console.export_text()
     )
+
+
+def test_ls_leads_with_the_story_not_the_noisiest_metric():
+    """``ls`` said "diverged at step 1 (the metric with the largest relative
+    difference)", a noise metric more often than not; it now says the story."""
+    from areal_debug.inspect.listing import _replay_summary
+
+    lr = {"key": "actor.optimizer.lr", "recorded": 1e-3, "replay": 1e-5}
+    diverged = report(
+        ["identical", "diverged"],
+        [lr],
+        {"stage": "weights", "where": "mini-batch 0 lm_head.weight"},
+    )
+    data = diverged.to_json()
+    data["steps"][1]["metrics"] = {
+        "ppo_actor/compute_logp/kl_div_taylor/max": {
+            "recorded": 1.0,
+            "replayed": 3.0,
+            "rel_diff": 2.0,
+            "status": "diverged",
+        }
+    }
+    summary = _replay_summary("/logs/u/e/lr/replay_report.json", data)
+    assert summary.verdict == (
+        "left the recording at step 1: weights (mini-batch 0 lm_head.weight); "
+        "you changed actor.optimizer.lr"
+    )
+    assert "kl_div_taylor" not in summary.verdict

@@ -42,17 +42,22 @@ class ReplaySummary:
     all_identical: bool
     first_divergence: dict[str, Any] | None
     topology_changed: bool
+    # The replay's story (ReplayReport.headline): the first divergent stage and
+    # where, what was changed, whether the model is the recorded one.
+    headline: str | None = None
 
     @property
     def verdict(self) -> str:
         if not self.steps:
-            return "no steps"
+            return self.headline or "no steps"
         if self.all_identical:
             return Verdict.IDENTICAL
         first = self.first_divergence
         if first is None:
             return f"{self.identical_steps}/{len(self.steps)} identical, none diverged"
-        return f"diverged at step {first['global_step']} ({first['metric']})"
+        return self.headline or (
+            f"diverged at step {first['global_step']} ({first['metric']})"
+        )
 
 
 @dataclass
@@ -184,6 +189,7 @@ def _replay_summary(path: str, data: dict[str, Any]) -> ReplaySummary:
         and all(e.status == Verdict.IDENTICAL for e in report.steps),
         first_divergence=report.first_divergence(),
         topology_changed=report.topology.changed,
+        headline=report.headline(),
     )
 
 

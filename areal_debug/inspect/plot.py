@@ -137,7 +137,9 @@ def plot(
     for ax in list(axes.flat)[len(names) :]:
         ax.set_visible(False)
     verdict = (
-        f"first divergence: step {first.step}, {first.metric}"
+        comparison.story
+        if comparison.story and first is not None
+        else f"first divergence: step {first.step}, {first.metric}"
         if first is not None
         else f"identical at every compared step ({len(steps)})"
     )

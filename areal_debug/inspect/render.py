@@ -247,6 +247,10 @@ def recording_diff(d: RecordingDiff) -> Group:
 
 def run_diff(d: RunDiff, all_metrics: bool, metrics: list[str] | None) -> Group:
     parts: list[Any] = [Text(f"a ({d.a_label}): {d.a}\nb ({d.b_label}): {d.b}")]
+    if d.story:
+        # The headline: where the replay left the recording, and why; the
+        # metric table below is the detail.
+        parts.append(Text(f"Replay story: {d.story}", style="bold"))
     rows = d.rows
     if metrics:
         rows = [r for r in rows if r.metric in metrics]
@@ -292,13 +296,12 @@ def run_diff(d: RunDiff, all_metrics: bool, metrics: list[str] | None) -> Group:
     else:
         parts.append(
             Text(
-                f"First divergence: step {f.step}, metric {f.metric}: {d.a_label} {f.a!r}, "
-                f"{d.b_label} {f.b!r} (rel diff {_num(f.rel_diff, 3)})",
-                style="bold red",
+                f"First divergent step {f.step}; largest difference there: {f.metric}: "
+                f"{d.a_label} {f.a!r}, {d.b_label} {f.b!r} (rel diff "
+                f"{_num(f.rel_diff, 3)})",
+                style="red",
             )
         )
-    if d.story:
-        parts.append(Text(f"Replay story: {d.story}", style="bold"))
     return Group(*parts)
 
 

@@ -55,6 +55,9 @@ function header() {
 function verdict() {
   const box = document.getElementById("verdict");
   if (!R) return;
+  // The story leads: where the replay left the recording and why; the metric with
+  // the largest difference is a detail below it.
+  if (R.headline) add(box, el("div", { id: "story" }, el("b", {}, "Replay story: "), R.headline));
   if (FIRST) {
     add(box, el("div", { class: "divergence", id: "first-divergence" },
       el("b", {}, `First divergence: step ${FIRST.global_step}`),
@@ -68,7 +71,6 @@ function verdict() {
       el("b", {}, `${R.label}: identical`), ` at every replayed step (${R.steps.length})` +
       ` within rtol ${R.tolerance.rtol}, atol ${R.tolerance.atol}`));
   }
-  if (R.headline) add(box, el("div", { id: "story" }, el("b", {}, "Replay story: "), R.headline));
   const changed = R.config_changes;  // null: a report from before replays kept them
   if (changed) add(box, el("div", { class: "note", id: "config-changes" }, changed.length
     ? ["Changed from the recording: ", changed.map((c) => `${c.key} ${JSON.stringify(c.recorded)} → ${JSON.stringify(c.replay)}`).join("; ")]
