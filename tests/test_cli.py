@@ -14,6 +14,10 @@ def test_inspect_lists_steps(tmp_path, capsys):
     assert main(["inspect", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "0-1 complete" in out and "1 shard(s) per step, 5 steps/epoch" in out
+    # Each step's payload in a unit that shows it (a tiny step read "0.00" MiB).
+    rows = [line.split() for line in out.splitlines() if line.startswith("     ")]
+    assert [r[0] for r in rows] == ["0", "1"], out
+    assert all(r[-3] != "0.00" and r[-2] in ("B", "KiB") for r in rows), out
 
 
 def test_verify_passes_then_names_the_damaged_file(tmp_path, capsys):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from areal_debug.inspect.common import human_bytes
 from areal_debug.recording.format import STATS, step_dirname
 from areal_debug.recording.lock import describe
 from areal_debug.recording.reader import RecordingReader, format_ranges
@@ -28,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     _print_header(reader, steps)
     print()
     print(
-        f"{'step':>6} {'epoch':>5} {'trajs':>6} {'tokens':>9} {'versions':>9} {'MiB':>8}  stats"
+        f"{'step':>6} {'epoch':>5} {'trajs':>6} {'tokens':>9} {'versions':>9} {'payload':>10}  stats"
     )
     for step in steps:
         print(_step_row(reader, step))
@@ -72,11 +73,12 @@ def _print_header(reader: RecordingReader, steps: list[int]) -> None:
 def _step_row(reader: RecordingReader, step: int) -> str:
     """One line of the step table, from the step's ``step.json``."""
     meta = reader.step_meta(step)
-    size = sum(s.entry.bytes for s in meta.shards) / 2**20
+    # In the unit that shows it (a tiny step is KiB: 0.00 MiB said nothing).
+    size = human_bytes(sum(s.entry.bytes for s in meta.shards))
     v = meta.policy_version
     versions = f"{v[0]}-{v[1]}" if v else "-"
     has_stats = os.path.exists(os.path.join(reader.path, step_dirname(step), STATS))
     return (
         f"{step:>6} {meta.epoch:>5} {meta.num_trajectories:>6} {meta.num_tokens:>9} "
-        f"{versions:>9} {size:>8.2f}  {'yes' if has_stats else 'no'}"
+        f"{versions:>9} {size:>10}  {'yes' if has_stats else 'no'}"
     )

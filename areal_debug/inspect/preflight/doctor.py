@@ -449,6 +449,8 @@ def _disk(reader: RecordingReader, config, kind: str, start: int, end) -> list[F
         n = (end or config.total_train_steps or len(steps)) - start
         need = int(max(n, 1) * per_step) + 2 * ckpt
         what = f"{max(n, 1)} recorded steps of ~{human_bytes(per_step)} and checkpoints"
+    if need == 0:
+        return []  # nothing to write that the recording knows the size of
     severity = ERROR if free < need else (WARNING if free < 2 * need else INFO)
     return [
         Finding(
