@@ -41,6 +41,11 @@ def assert_demo_output(out: str, steps: int, wd) -> None:
     assert out.count("areal_debug/mismatch/abs_diff/avg") == steps
     # The replay was the run_replay.sh the user re-runs.
     assert f"[3/4] bash {wd}/run_replay.sh" in out
+    # One number per phase; the timing table sets whole step beside whole step.
+    assert [out.count(f"[{n}/4]") >= 1 for n in range(1, 5)] == [True] * 4
+    assert "[2/4] record: dump in" in out and "[4/4] compare" in out
+    header = "dump: step (s)  of it rollout  replay: step (s)  of it rollout"
+    assert " ".join(header.split()) in " ".join(out.split()), out[-2000:]
     # The replay's story: nothing changed, identical at every step.
     replay_log = (wd / "replay.log").read_text()
     assert "Replay: the training settings are the recording's" in replay_log

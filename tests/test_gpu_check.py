@@ -153,7 +153,7 @@ def test_a_step_past_its_limit_is_stopped_and_leaves_no_process(tmp_path):
     assert summary(run) == {"demo": "FAILED (timed out at 40 s)"}, said
     assert run.returncode == 1, said
     assert (
-        "[2/4] starting the CPU inference server"
+        "[2/4] record: starting the CPU inference server"
         in (tmp_path / "out" / "demo.log").read_text()
     )
     assert demo_processes(tmp_path / "work" / "demo") == []

@@ -213,16 +213,29 @@ def print_table(reader: RecordingReader, report: dict) -> tuple[bool, str | None
                 f"step {step} has a zero grad norm: the comparison would prove nothing"
             )
     print()
+    # Like with like: each run's whole step (AReaL's timeperf/* phases summed), and
+    # of it the rollout phase: generation in the dump, reading the recording in
+    # the replay.
     print(
-        f"{'step':>4}  {'dump: rollout phase (s)':>24} {'replay: whole step (s)':>24}"
+        f"{'step':>4}  {'dump: step (s)':>15} {'of it rollout':>14}  "
+        f"{'replay: step (s)':>17} {'of it rollout':>14}"
     )
     for entry in report["steps"]:
         step = entry["global_step"]
-        rollout = reader.recorded_timings(step).get("timeperf/rollout", float("nan"))
-        replay_step = sum(entry.get("timings", {}).values())
-        print(f"{step:>4}  {rollout:>24.3f} {replay_step:>24.3f}")
+        dump, replay = reader.recorded_timings(step), entry.get("timings", {})
+        print(
+            f"{step:>4}  {_phases(dump):>15.3f} "
+            f"{dump.get('timeperf/rollout', float('nan')):>14.3f}  "
+            f"{_phases(replay):>17.3f} "
+            f"{replay.get('timeperf/rollout', float('nan')):>14.3f}"
+        )
     print()
     return problem is None, problem
+
+
+def _phases(timings: dict[str, float]) -> float:
+    """A step's wall time as AReaL times it: its timeperf/* phases summed."""
+    return sum(v for k, v in timings.items() if k.startswith("timeperf/"))
 
 
 def run_demo(
@@ -251,19 +264,19 @@ def run_demo(
     wd.mkdir(parents=True, exist_ok=True)
     # Each demo records afresh: the recording and logs of an earlier demo go.
     shutil.rmtree(wd / "root", ignore_errors=True)
-    say(f"[1/4] tiny model and arithmetic dataset in {wd}")
+    say(f"[1/4] set-up: tiny model and arithmetic dataset in {wd}")
     build_tiny_model(str(wd / "model"))
     write_dataset(str(wd / "data.jsonl"), n=64)
     base_env = run_env(wd, sc)
     how = "single-controller mode" if sc else "SPMD mode"
 
-    say("[2/4] starting the CPU inference server (SGLang HTTP protocol)")
+    say("[2/4] record: starting the CPU inference server (SGLang HTTP protocol)")
     if logprob_fault:
-        say(f"[2/4] the server reports log-probs off: {logprob_fault}")
+        say(f"[2/4] record: the server reports log-probs off: {logprob_fault}")
     server, addr = start_server(wd, base_env, logprob_fault)
     try:
         say(
-            f"[2/4] dump in {how}: {steps} GRPO steps on {nproc} trainer "
+            f"[2/4] record: dump in {how}: {steps} GRPO steps on {nproc} trainer "
             f"process(es), rollouts from the server at {addr}"
         )
         dump_env = run_env(wd, sc, server_addr=addr)
@@ -271,7 +284,7 @@ def run_demo(
         dump_time = timed_run(wd, "dump", dump_cmd, dump_env, steps)
     finally:
         end_process(server)
-        say("[2/4] CPU server stopped")
+        say("[2/4] record: CPU server stopped")
 
     # The replay is the script the user re-runs, so the demo shows it works.
     script = write_replay_script(wd, nproc, steps, sc, overrides)
@@ -282,7 +295,7 @@ def run_demo(
     say(f"[3/4] bash {shlex.quote(str(script))}")
     replay_time = timed_run(wd, "replay", ["bash", str(script)], script_env(), steps)
 
-    say("[4/4] comparison")
+    say("[4/4] compare")
     reader = RecordingReader(
         str(wd / "root" / EXPERIMENT / TRIAL / "areal_debug_recording")
     )
