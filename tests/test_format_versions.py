@@ -1,17 +1,18 @@
 # SPDX-License-Identifier: Apache-2.0
 """Old recordings stay replayable: a version-1 recording, checked in as written by
 areal-debug 0.1 (SPMD, the fake engine, the tiny model, 2 steps), is read and
-replayed by this version, whose own recordings are version 2.
+replayed by this version, whose own recordings are version ``FORMAT_VERSION`` (3).
 
 The statistics of the batch alone (counts, lengths, rewards: ``BATCH_PREFIXES``,
 computed from the recorded trajectories before any forward pass) must come back
 bit for bit: no CPU arithmetic of the model is in them. The statistics of the
 model's arithmetic (log-probabilities, losses, gradients, ...) are compared with a
 tolerance: the fixture was recorded on another machine, and CPU matrix kernels
-differ in the last bits between CPUs (measured: this machine's replay differs from
-it by at most a few 1e-5 relative, in 13 and 16 of the ~100 statistics), a
-tolerance that any wrong, missing or reordered trajectory exceeds by orders of
-magnitude."""
+differ in the last bits between CPUs (measured: one machine's replay differed from
+it by at most a few 1e-5 relative, in 13 and 16 of the ~100 statistics; on
+2026-11-27 this 2-vCPU VM's was identical in every one). 1e-4 relative keeps a
+margin of a few times over the largest measured; any wrong, missing or reordered
+trajectory exceeds it by orders of magnitude."""
 
 import json
 import shutil
@@ -68,5 +69,5 @@ def test_a_version_1_recording_replays_to_its_statistics(workdir):
             assert metric["status"] == "identical", (name, metric)
         for name, metric in model.items():
             if metric["status"] != "identical":
-                close = metric["rel_diff"] < 1e-3 or metric["abs_diff"] < 1e-6
+                close = metric["rel_diff"] < 1e-4 or metric["abs_diff"] < 1e-7
                 assert close, (name, metric)
