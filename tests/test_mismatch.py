@@ -85,6 +85,51 @@ def test_a_jump_in_the_gap_pins_the_step():
     assert name in why and "running median" in why
 
 
+def test_a_replays_mismatch_after_it_left_the_recording_is_drift_not_the_gap(
+    tmp_path, capsys
+):
+    """Up to where a replay leaves the recording its mismatch is the engine's gap;
+    after it, the replay's own weights drifting from the ones that generated the
+    rollouts (a learning-rate change took 0.043 to 0.108 at steps 1-3, shown as
+    training-inference mismatch): labelled so in the CLI and the JSON."""
+    rec = str(tmp_path / "rec")
+    record_with_stats(rec, steps=3, anomaly_at=-1, incomplete=3)
+    reader = RecordingReader(rec)
+
+    def report(first):
+        entries = []
+        for step in reader.available_steps():
+            stats = reader.recorded_stats(step)
+            metrics = {k: {"replayed": v} for k, v in stats.items()}
+            entries.append({"global_step": step, "metrics": metrics})
+        return {"first_divergence": first, "steps": entries}
+
+    weights_at_0 = report({"step": 0, "stage": "weights", "where": "x"})
+    rows = mismatch.table(reader, None, weights_at_0)
+    assert [r.replayed_is for r in rows] == [
+        mismatch.ENGINE_GAP,
+        "policy drift since step 0",
+        "policy drift since step 0",
+    ]
+    other_model = report({"step": 0, "stage": "model", "where": "lm_head.weight"})
+    assert mismatch.table(reader, None, other_model)[0].replayed_is.startswith(
+        "not the recording's model or forward (step 0: model)"
+    )
+    identical = report(None)
+    assert {r.replayed_is for r in mismatch.table(reader, None, identical)} == {
+        mismatch.ENGINE_GAP
+    }
+    from rich.console import Console
+
+    from areal_debug.inspect import render
+
+    console = Console(width=200, record=True)
+    console.print(render.mismatch(rec, rows))
+    text = console.export_text()
+    assert "replayed: policy drift since step 0" in text
+    assert text.count("replayed: policy drift") == 2
+
+
 def test_a_batch_without_engine_log_probs_is_not_measured():
     traj = {"loss_mask": torch.ones(1, 4, dtype=torch.int32)}
     assert mismatch.token_deltas([traj], [torch.zeros(1, 4)]) is None

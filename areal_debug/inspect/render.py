@@ -375,7 +375,7 @@ def doctor_report(r: DoctorReport) -> Group:
 def mismatch(recording: str, rows: list[StepMismatch]) -> Group:
     """One row per step (and per replayed step, beside it); a note where no step
     has the mismatch."""
-    from areal_debug.stages.mismatch import COLUMNS, LEGEND
+    from areal_debug.stages.mismatch import COLUMNS, ENGINE_GAP, LEGEND
 
     replay = any(r.replayed is not None for r in rows)
     # No vertical rules: up to 15 columns fit 120 characters.
@@ -416,7 +416,16 @@ def mismatch(recording: str, rows: list[StepMismatch]) -> Group:
         if replay:
             table.add_row(str(r.step), "recorded", *recorded)
             if r.replayed is not None:
-                table.add_row("", "replayed", *cells(r.replayed_tokens, r.replayed))
+                # Never mixed silently: after the replay left the recording its
+                # figures are its own weights' drift, not the engine's gap.
+                drift = r.replayed_is is not None and r.replayed_is != ENGINE_GAP
+                label = f"replayed: {r.replayed_is}" if drift else "replayed"
+                table.add_row(
+                    "",
+                    label,
+                    *cells(r.replayed_tokens, r.replayed),
+                    style="yellow" if drift else None,
+                )
         else:
             table.add_row(str(r.step), *recorded)
     parts: list[Any] = [table, Text(LEGEND, style="dim")]

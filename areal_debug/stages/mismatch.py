@@ -132,6 +132,10 @@ class StepMismatch:
     recorded: dict[str, float]  # "<name>/<reduce>" -> value
     replayed: dict[str, float] | None = None
     replayed_tokens: float | None = None
+    # What the replayed figures measure: the engine's gap (the replay's trainer on
+    # the recorded weights) up to where the replay left the recording; after it,
+    # the drift of the replay's own weights from those that generated the batch.
+    replayed_is: str | None = None
     # From the kept per-token log-probs (inspect/tokens.py TokenFigures): the
     # ratio's p50 and p99 and the row with the worst token; None: none kept.
     per_token: dict[str, Any] | None = None
@@ -164,11 +168,35 @@ def of_replay(report: dict[str, Any]) -> dict[int, tuple[float | None, dict]]:
     return out
 
 
+ENGINE_GAP = "the engine gap"
+# Stages a step runs before its log-probs are recomputed: a replay that first
+# differs at one of them computes that step's log-probs on other weights or data.
+BEFORE_LOGP = ("model", "logp")
+
+
+def replayed_meaning(report: dict[str, Any], step: int) -> str:
+    """What a replay's mismatch at ``step`` measures: the engine gap up to the step
+    where the replay left the recording (that step too, where it left after the
+    log-probs: advantages, loss, gradients, weights); after it, "policy drift
+    since step K" (the replay's weights are no longer the ones that generated the
+    rollouts); at it, where it left before them (another model, another
+    forward), the gap of the replay's own model."""
+    first = report.get("first_divergence") or {}
+    left = first.get("step")
+    if left is None:
+        return ENGINE_GAP
+    if step > left:
+        return f"policy drift since step {left}"
+    if step == left and first.get("stage") in BEFORE_LOGP:
+        return f"not the recording's model or forward (step {left}: {first['stage']})"
+    return ENGINE_GAP
+
+
 def table(
     reader, steps: Container[int] | None = None, replay: dict[str, Any] | None = None
 ) -> list[StepMismatch]:
     """Each complete step's mismatch (``steps``: only those), with a replay
-    report's beside it."""
+    report's beside it, each replayed row saying what it measures."""
     replayed = of_replay(replay) if replay is not None else {}
     rows = []
     for step in reader.available_steps():
@@ -178,5 +206,6 @@ def table(
         row = StepMismatch(step, tokens, recorded)
         if step in replayed:
             row.replayed_tokens, row.replayed = replayed[step]
+            row.replayed_is = replayed_meaning(replay, step)
         rows.append(row)
     return rows
