@@ -12,6 +12,7 @@ AReaL's private hook names are mapped to these in ``areal_compat.TrainerHooks``.
 from __future__ import annotations
 
 from areal_debug.areal_compat import TRAINER_HOOKS, TrainerHooks, check_areal_version
+from areal_debug.compare.replay import DivergenceStop
 from areal_debug.config import DebugConfig, debug_config_of
 from areal_debug.modes import DebugMode, choose_mode
 
@@ -87,3 +88,11 @@ class DebugPPOTrainer(TrainerHooks):
 
     def close(self):
         return self.debug_mode.close(super().close)
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        # debug.fail_on_divergence: the reason is logged once already; AReaL's own
+        # exit would log it again with a traceback ("Training failed with ...").
+        if isinstance(exc_value, DivergenceStop):
+            self.close()
+            return False
+        return super().__exit__(exc_type, exc_value, traceback)

@@ -15,12 +15,30 @@ from areal_debug.logs import get_logger
 from areal_debug.recording.atomic import atomic_write_json
 from areal_debug.recording.format import (
     REPLAY_STAGES_DIRNAME,
-    RecordingError,
     step_dirname,
 )
 from areal_debug.recording.manifest import Layout
 from areal_debug.recording.reader import RecordingReader
 from areal_debug.stages.names import Verdict
+
+
+class DivergenceStop(SystemExit):
+    """debug.fail_on_divergence: the replay stops, its reason already logged once.
+    A SystemExit (exit status 3), so that it ends the run without a traceback:
+    the divergence is the finding, not a failure of the code."""
+
+    EXIT_STATUS = 3
+
+    def __init__(self, message: str):
+        super().__init__(self.EXIT_STATUS)
+        self.message = message
+
+
+def _stop(msg: str) -> None:
+    msg = f"{msg} Stopping (debug.fail_on_divergence)."
+    logger.error(msg)
+    raise DivergenceStop(msg)
+
 
 # The replay report's per-step timing of what the loop waited for recorded data.
 REPLAY_WAIT = "replay/wait_for_data"
@@ -135,7 +153,7 @@ class ReplayComparison:
             + "."
         )
         if self.fail_on_divergence:
-            raise RecordingError(msg + " Stopping (debug.fail_on_divergence).")
+            _stop(msg)
         logger.warning(msg)
 
     def add_step(self, step: int, stats: dict[str, Any], wait: float | None) -> None:
@@ -163,7 +181,7 @@ class ReplayComparison:
             + f"); report: {self.report_path}"
         )
         if self.fail_on_divergence:
-            raise RecordingError(msg + ". Stopping (debug.fail_on_divergence).")
+            _stop(msg + ".")
         logger.warning(msg)
 
     def summary_lines(self) -> list[str]:
