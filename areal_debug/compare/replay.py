@@ -29,15 +29,13 @@ class DivergenceStop(SystemExit):
 
     EXIT_STATUS = 3
 
-    def __init__(self, message: str):
+    def __init__(self):
         super().__init__(self.EXIT_STATUS)
-        self.message = message
 
 
 def _stop(msg: str) -> None:
-    msg = f"{msg} Stopping (debug.fail_on_divergence)."
-    logger.error(msg)
-    raise DivergenceStop(msg)
+    logger.error(f"{msg} Stopping (debug.fail_on_divergence).")
+    raise DivergenceStop()
 
 
 # The replay report's per-step timing of what the loop waited for recorded data.

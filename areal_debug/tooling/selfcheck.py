@@ -210,10 +210,10 @@ def compare_trials(a: Trial, b: Trial) -> list[StepVerdict]:
                 if compared[stage].get("status") == Verdict.DIFFERS:
                     verdict.between = {"stage": stage, **compared[stage]}
                     break
-        if verdict.between is None:
-            verdict.between = _metrics_between(ea, eb, verdict)
-        else:
-            _metrics_between(ea, eb, verdict)
+        # The statistics are counted either way; they name the difference only
+        # where no stage does (digests off).
+        first_statistic = _metrics_between(ea, eb, verdict)
+        verdict.between = verdict.between or first_statistic
         if verdict.between is not None:
             verdict.verdict = NOT_REPEATABLE
         elif ea.status != Verdict.IDENTICAL or eb.status != Verdict.IDENTICAL:

@@ -151,6 +151,8 @@ def extract(
         if sorted(trajectories) == list(range(total)):
             trajectories = None  # all of them: the whole step
     plan = _plan(reader, step, use_checkpoint and not alone, not alone)
+    # Said once, in the result and in the reproducer's notes alike.
+    plan.notes.extend(_model_notes(reader.manifest.config))
     rec = os.path.join(out, RECORDING)
     os.makedirs(rec, exist_ok=True)
     subset = trajectories is not None
@@ -202,7 +204,6 @@ def extract(
     size = sum(
         os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(out) for f in fs
     )
-    notes += _model_notes(reader.manifest.config)
     logger.info(f"Extracted step {step} of {reader.path} into {out}.")
     return ExtractResult(
         out=os.path.abspath(out),
@@ -628,7 +629,7 @@ def _write_reproducer(
     stats = reader.recorded_stats(step) or {}
     from areal_debug.compare.statistics import training_stats
 
-    notes = list(plan.notes) + config_notes + _model_notes(m.config)
+    notes = list(plan.notes) + config_notes
     if dropped:
         notes.append(
             f"Config keys of the recorded run's own config class, not AReaL's "
