@@ -683,6 +683,37 @@ def _():
 
 @check(
     "engines",
+    "ReplayEngine, ReplayTeacher: offload/onload take tags, as RecoverHandler demands",
+)
+def _():
+    from areal.utils.recover import RecoverHandler
+
+    from areal_debug.modes.engines import ReplayEngine
+
+    for cls, instance in stand_ins().items():
+        for name in ("offload", "onload"):
+            params = inspect.signature(getattr(cls, name)).parameters
+            assert "tags" in params, f"{cls.__name__}.{name} has no 'tags' parameter"
+    # AReaL main (at cbff54d and after) refuses colocated AWEX recovery with an
+    # engine whose offload has no parameter named 'tags'; run its own check where
+    # it exists (1.0.4 and 2.0.0 have none: the signature check above stands).
+    require = getattr(RecoverHandler, "_require_colocate_rollout_protocol", None)
+    if require is not None:
+        require(ReplayEngine(loader=None))
+
+        class ArgsOnly:
+            def pause_generation_sync(self):
+                pass
+
+            def offload(self, *args, **kwargs):
+                pass
+
+        with pytest.raises(NotImplementedError, match="tags"):
+            require(ArgsOnly())
+
+
+@check(
+    "engines",
     "workflow_engine: the engine a rollout engine's workflows call agenerate on; "
     "note_agenerate_failures",
 )

@@ -206,10 +206,13 @@ class ReplayEngine:
     def continue_generation(self) -> None:
         pass
 
-    def offload(self, *args, **kwargs) -> None:
+    # A parameter literally named ``tags``: AReaL's RecoverHandler checks for it
+    # (inspect.signature) before colocated AWEX recovery and refuses an engine
+    # whose offload takes only *args (areal/utils/recover.py on main).
+    def offload(self, tags: list[str] | None = None, **kwargs) -> None:
         pass
 
-    def onload(self, *args, **kwargs) -> None:
+    def onload(self, tags: list[str] | None = None, **kwargs) -> None:
         pass
 
     def set_version(self, version: int) -> None:
@@ -284,8 +287,8 @@ class ReplayTeacher:
     def destroy(self) -> None:
         pass
 
-    def offload(self, *args, **kwargs) -> None:
+    def offload(self, tags: list[str] | None = None, **kwargs) -> None:
         pass
 
-    def onload(self, *args, **kwargs) -> None:
+    def onload(self, tags: list[str] | None = None, **kwargs) -> None:
         pass
