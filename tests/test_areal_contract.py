@@ -1196,6 +1196,26 @@ def _():
 
 @check(
     "checkpoints",
+    "Saver.get_save_root; checkpoint_pointer's calls where this AReaL has it",
+)
+def _():
+    from areal.utils.saver import Saver
+
+    assert params(Saver.get_save_root) == ["experiment_name", "trial_name", "fileroot"]
+    pointer = areal_compat.checkpoint_pointer_module()
+    if pointer is None:
+        # 1.0.4, 2.0.0, main @cbff54d: legacy layout only (and no LATEST is read).
+        assert "LATEST" not in source(imported("areal.utils.recover.RecoverHandler"))
+        return
+    assert params(pointer.resolve_checkpoint) == ["save_root", "engine_names"]
+    assert params(pointer.make_record) == ["global_step", "engine_names"]
+    for name in ("generation_dir", "manifest_dir", "payload_dir", "latest_path"):
+        assert callable(getattr(pointer, name)), name
+    assert pointer.LATEST_FILENAME == areal_compat.LATEST_POINTER
+
+
+@check(
+    "checkpoints",
     "recover checkpoint model names: PPOTrainer's to_save, Saver's default name",
 )
 def _():

@@ -174,6 +174,33 @@ def test_the_summary_prints_no_inf_and_no_false_all_clear():
     )
 
 
+def test_a_step_without_an_advantages_stage_reports_it_absent_never_diverged():
+    """AReaL's pure-distillation (MOPD, #1592, merged after main @cbff54d) route
+    skips _compute_advantages: such a step has no advantages stage on either side.
+    Synthetic: no AReaL build we can install has MOPD; the stage logs are what the
+    probes write for a step whose compute_advantages never ran."""
+    logp, w = torch.randn(6), torch.randn(3)
+    rec, _ = _log(0.5, logp, w)
+    rep, _ = _log(0.5, logp, w)
+    stages = compare_stages(rec, rep, True)
+    assert "advantages" not in stages
+    assert {r["status"] for r in stages.values()} == {"identical"}
+    assert "advantages" not in describe(0, stages)
+    comparison = StatsComparison(
+        "rec", 0.0, 0.0, TopologyChange("spmd", "spmd", 1, 1, 1, 1)
+    )
+    stats = {"ppo_actor/update/actor_loss/avg": 0.1}
+    assert comparison.add(0, stats, dict(stats), {}, stages).status == "identical"
+    # Where only the recording ran it, the replay skipped a stage: that differs.
+    log = StageLog()
+    log.add("advantages", "trajectory 0 advantages", torch.randn(6))
+    with_adv = merge_global([log.to_host()])
+    rec["ranks"][0]["advantages"] = with_adv["ranks"][0]["advantages"]
+    stages = compare_stages(rec, rep, True)
+    assert stages["advantages"]["status"] == "differs"
+    assert stages["advantages"]["missing_in"] == "replay"
+
+
 def test_per_rank_stages_are_not_compared_across_layouts():
     logp, w = torch.randn(5), torch.randn(3)
     rec, _ = _log(0.5, logp, w)

@@ -50,6 +50,96 @@ def recover_paths(config, trial: str, names: list[str]) -> tuple[str, dict[str, 
     return info, ckpts
 
 
+# -- AReaL's crash-safe recover checkpoints (main after cbff54d) -------------------------
+# areal/utils/checkpoint_pointer.py (AReaL main @235010ae; absent from 1.0.4, 2.0.0
+# and main @cbff54d): each save is a generation,
+# ``<save root>/checkpoint_generations/generation_stepNNNNNNNN/{manifest,
+# payloads/<name>}``, published by an atomic JSON pointer ``<save root>/LATEST``;
+# the legacy recover_info + ``<name>/recover_checkpoint`` layout is read only
+# where no LATEST exists. Detected by the module, never by a version string.
+LATEST_POINTER = "LATEST"
+
+
+class RecoverLayoutError(RuntimeError):
+    """A trial's recover checkpoint is in a layout this AReaL cannot resolve."""
+
+
+def checkpoint_pointer_module():
+    """AReaL's ``areal.utils.checkpoint_pointer``, or None where this AReaL
+    writes the legacy layout only."""
+    try:
+        from areal.utils import checkpoint_pointer
+    except ImportError:
+        return None
+    return checkpoint_pointer
+
+
+def save_root(config, trial: str) -> str:
+    """The directory a trial's recover checkpoints live under (its LATEST too):
+    areal/utils/saver.py Saver.get_save_root (1.0.4, 2.0.0, main)."""
+    from areal.utils.saver import Saver
+
+    return Saver.get_save_root(
+        config.experiment_name, trial, config.cluster.fileroot
+    )
+
+
+def saved_recover_paths(config, trial: str, names: list[str]) -> tuple[str, dict]:
+    """Where the recover checkpoint AReaL saved last for ``trial`` is, as
+    ``recover_paths`` gives them: the generation LATEST points to where the save
+    root has one, else the legacy directories."""
+    root = save_root(config, trial)
+    if not os.path.exists(os.path.join(root, LATEST_POINTER)):
+        return recover_paths(config, trial, names)
+    pointer = checkpoint_pointer_module()
+    if pointer is None:
+        raise RecoverLayoutError(
+            f"{os.path.join(root, LATEST_POINTER)} is a crash-safe checkpoint "
+            "pointer, which this AReaL (no areal.utils.checkpoint_pointer) does not "
+            "read: the run directory was written by a newer AReaL. Run with the "
+            "AReaL that wrote it, or another trial_name."
+        )
+    try:
+        source = pointer.resolve_checkpoint(root, list(names))
+    except (RuntimeError, ValueError) as e:  # CheckpointConsistencyError
+        raise RecoverLayoutError(
+            f"AReaL's checkpoint pointer in {root} names no usable checkpoint: {e}"
+        ) from e
+    if source is None:
+        raise RecoverLayoutError(f"AReaL resolves no recover checkpoint in {root}")
+    return source.manifest, dict(source.payloads)
+
+
+def install_generation(root: str, step: int, names: list[str]) -> tuple[str, dict]:
+    """(manifest dir, {name: payload dir}) of a new generation of ``step`` under
+    the save root ``root`` (checkpoint_pointer.generation_dir, manifest_dir,
+    payload_dir), made empty."""
+    import shutil
+
+    pointer = checkpoint_pointer_module()
+    generation = pointer.generation_dir(root, step)
+    shutil.rmtree(generation, ignore_errors=True)
+    return pointer.manifest_dir(generation), {
+        n: pointer.payload_dir(generation, n) for n in names
+    }
+
+
+def publish_generation(root: str, step: int, names: list[str]) -> str:
+    """Point LATEST at the generation of ``step``, atomically, whatever it
+    pointed to before (the replay's own trial; a replay starts it afresh); the
+    pointer's text is AReaL's own (checkpoint_pointer.make_record)."""
+    pointer = checkpoint_pointer_module()
+    text = pointer.make_record(step, list(names)).to_json()
+    path = pointer.latest_path(root)
+    tmp = f"{path}.areal-debug.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
 DATALOADER_INFO = "dataloader_info.pkl"
 
 

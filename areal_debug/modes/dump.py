@@ -249,7 +249,7 @@ class DumpMode(ActiveMode):
             checkpoints.keep(
                 config, self.debug.path, step, checkpoints.model_names(config)
             )
-        except OSError as e:
+        except (OSError, areal_compat.RecoverLayoutError) as e:
             if self.debug.fail_on_write_error:
                 raise
             # The copy is all or nothing (renamed into place): no half checkpoint.

@@ -19,9 +19,14 @@ import shutil
 # path of AReaL's own is asked for: the store's own processes (the writer process,
 # the reliability suite's stand-in runs) never load AReaL.
 from areal_debug.areal_compat import (
+    checkpoint_pointer_module,
+    install_generation,
     kept_trees,
+    publish_generation,
     recover_model_names,
     recover_paths,
+    save_root,
+    saved_recover_paths,
     write_dataloader_state,
 )
 from areal_debug.logs import get_logger
@@ -86,8 +91,9 @@ def _reflink(src: str, dst: str) -> bool:
 
 
 def keep(config, recording: str, step: int, names: list[str]) -> str:
-    """Copy the recover checkpoint just saved for ``step`` into the recording."""
-    info, ckpts = recover_paths(config, config.trial_name, names)
+    """Copy the recover checkpoint just saved for ``step`` into the recording
+    (from the generation AReaL's LATEST pointer names, where it has one)."""
+    info, ckpts = saved_recover_paths(config, config.trial_name, names)
     return keep_dirs(recording, step, info, ckpts)
 
 
@@ -126,7 +132,15 @@ def install(
     """Put the kept checkpoint of ``step`` where AReaL's RecoverHandler looks for
     this replay's trial, pointing the dataloader position at the next step."""
     src = os.path.join(recording, KEPT, step_dirname(step))
-    info, ckpts = recover_paths(config, config.trial_name, names)
+    # An AReaL with crash-safe checkpoints reads the generation its LATEST
+    # pointer names and a legacy tree only where there is none: the kept trees go
+    # into a generation of their own, published once they are whole.
+    generations = checkpoint_pointer_module() is not None
+    if generations:
+        root = save_root(config, config.trial_name)
+        info, ckpts = install_generation(root, step, names)
+    else:
+        info, ckpts = recover_paths(config, config.trial_name, names)
     copy = _TreeCopy()
     for tree, kept in kept_trees(src, info, ckpts):
         shutil.rmtree(tree, ignore_errors=True)
@@ -134,3 +148,5 @@ def install(
     # The dump run saved its real dataloader's state; the replay's dataloader
     # is a ReplayDataLoader whose whole state is the next step to yield.
     write_dataloader_state(info, {"next_step": step + 1}, world_size)
+    if generations:
+        publish_generation(root, step, names)
