@@ -1303,6 +1303,12 @@ def _():
         "sglang[r]:d2|fsdp[a]:d2",
         "sglang[r]:d1+fsdp[a]:d1|fsdp[c]:d1",
         "vllm:d2+megatron:(attn:d1p2t2|ffn:d1p2e2)",
+        # AReaL main's train_backend_name_hybrid, where its grammar has it.
+        *(
+            ["vllm:d2+megatron[a]:(attn:d1p2t2|ffn:d1p2e2)"]
+            if "train_backend_name_hybrid" in grammar
+            else []
+        ),
     ):
         parts = [alloc[s:e] for s, e in areal_compat.allocation_spans(alloc)]
         parsed = areal_compat.parse_allocation(alloc)

@@ -25,6 +25,7 @@ from areal_debug.recording import checkpoints
 from areal_debug.recording.format import KEPT, step_dirname
 
 NAMES = ["default"]
+pytestmark = pytest.mark.each_areal
 
 
 def _config(tmp_path, trial: str):
@@ -73,14 +74,13 @@ def test_a_dump_keeps_the_generation_latest_names_not_a_stale_legacy_tree(
     _dump_trial_with_generation(config, 3)
     kept = checkpoints.keep(config, str(tmp_path / "rec"), 3, NAMES)
     assert _read(areal_compat.kept_step_info(kept)) == "new"
-    assert _read(
-        os.path.join(areal_compat.kept_model_dir(kept, "default"), "w.bin")
-    ) == "new"
+    assert (
+        _read(os.path.join(areal_compat.kept_model_dir(kept, "default"), "w.bin"))
+        == "new"
+    )
 
 
-def test_a_replay_installs_a_generation_and_points_latest_at_it(
-    tmp_path, with_pointer
-):
+def test_a_replay_installs_a_generation_and_points_latest_at_it(tmp_path, with_pointer):
     config = _config(tmp_path, "dump")
     _dump_trial_with_generation(config, 3)
     recording = str(tmp_path / "rec")
@@ -102,14 +102,19 @@ def test_a_replay_installs_a_generation_and_points_latest_at_it(
     assert not os.path.exists(standin.latest_path(root) + ".areal-debug.tmp")
 
 
-def test_without_the_module_the_legacy_layout_and_a_pointer_it_cannot_read(tmp_path):
-    """The installed AReaL (1.0.4, 2.0.0, main @cbff54d): legacy trees; a trial
-    written by a newer AReaL is named, not silently kept stale."""
-    assert areal_compat.checkpoint_pointer_module() is None
+def test_without_the_module_the_legacy_layout_and_a_pointer_it_cannot_read(
+    tmp_path, monkeypatch
+):
+    """An AReaL without the module (1.0.4, 2.0.0, main @cbff54d; forced here, so
+    the test holds on a build that has it): legacy trees; a trial written by a
+    newer AReaL is named, not silently kept stale."""
     config = _config(tmp_path, "dump")
     with pytest.MonkeyPatch.context() as m:
         m.setitem(sys.modules, "areal.utils.checkpoint_pointer", standin)
         root = _dump_trial_with_generation(config, 3)
+    # None in sys.modules: the import raises ImportError, as where no file is.
+    monkeypatch.setitem(sys.modules, "areal.utils.checkpoint_pointer", None)
+    assert areal_compat.checkpoint_pointer_module() is None
     with pytest.raises(areal_compat.RecoverLayoutError) as e:
         checkpoints.keep(config, str(tmp_path / "rec"), 3, NAMES)
     assert os.path.join(root, "LATEST") in str(e.value)

@@ -51,6 +51,24 @@ def replay_plan(alloc, actor_backend=None):
     return plan_allocation(OmegaConf.create(cfg), [], "replay")
 
 
+@pytest.mark.each_areal
+def test_a_named_hybrid_moe_allocation_replays_its_training_part_where_areal_reads_it():
+    """megatron[name]:(attn:...|ffn:...) (alloc_mode.py's train_backend_name_hybrid,
+    AReaL main): the replay keeps the whole hybrid part, whose '|' is not a
+    colocation. An AReaL whose grammar lacks it (1.0.4, 2.0.0) is named refusing it."""
+    from areal.api import alloc_mode
+
+    alloc = "sglang:d2+megatron[actor]:(attn:d1p2t2|ffn:d1p2e2)"
+    if "train_backend_name_hybrid" not in alloc_mode.ALLOCATION_GRAMMAR:
+        with pytest.raises(AllocationError, match="not an allocation AReaL accepts"):
+            replay_plan(alloc)
+        return
+    plan = replay_plan(alloc)
+    assert plan.allocation == plan.train == "megatron[actor]:(attn:d1p2t2|ffn:d1p2e2)"
+    assert (plan.train_world_size, plan.train_dp_size) == (4, 1)
+    assert plan.dropped == ("sglang:d2",)
+
+
 def test_legacy_bare_allocation_is_read_as_training_with_a_note():
     plan = replay_plan("d4p1t1")
     assert plan.allocation == "fsdp:d4p1t1"

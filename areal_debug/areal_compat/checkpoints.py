@@ -79,9 +79,7 @@ def save_root(config, trial: str) -> str:
     areal/utils/saver.py Saver.get_save_root (1.0.4, 2.0.0, main)."""
     from areal.utils.saver import Saver
 
-    return Saver.get_save_root(
-        config.experiment_name, trial, config.cluster.fileroot
-    )
+    return Saver.get_save_root(config.experiment_name, trial, config.cluster.fileroot)
 
 
 def saved_recover_paths(config, trial: str, names: list[str]) -> tuple[str, dict]:

@@ -84,7 +84,8 @@ def resolve_checkpoint(save_root: str, engine_names: list | None):
         generation = generation_dir(save_root, record.global_step)
         payloads = {n: payload_dir(generation, n) for n in names}
         missing = [
-            p for p in [manifest_dir(generation), *payloads.values()]
+            p
+            for p in [manifest_dir(generation), *payloads.values()]
             if not os.path.isdir(p)
         ]
         if missing:
