@@ -49,6 +49,27 @@ def test_only_training_settings_count_as_changes():
     assert (absent.key, absent.recorded) == ("ref.path", "<absent>")
 
 
+def test_the_numerics_knobs_of_the_training_forward_are_named_when_changed():
+    """AReaL main's actor.logprobs_chunk_size (#1555) and the attention backend
+    change how log-probs are computed: a replay that changes them says so."""
+    recorded = {**RECORDED, "actor": {**RECORDED["actor"], "logprobs_chunk_size": 1024}}
+    current = {
+        **replayed(),
+        "actor": {
+            **replayed()["actor"],
+            "logprobs_chunk_size": 256,
+            "attn_impl": "sdpa",
+        },
+    }
+    changes = {
+        c.key: (c.recorded, c.current) for c in training_changes(recorded, current)
+    }
+    assert changes == {
+        "actor.logprobs_chunk_size": (1024, 256),
+        "actor.attn_impl": ("<absent>", "sdpa"),
+    }
+
+
 def report(statuses, changes=(), stage=None):
     steps = []
     for step, status in enumerate(statuses):
