@@ -310,3 +310,89 @@ def test_a_log_prob_spike_at_one_step_shows_there_and_nowhere_else(
     }
     spike = series.pop(SC_SPIKE_STEP)
     assert spike > 10 * max(series.values()), (spike, series)
+
+
+def test_the_ratio_tails_and_nonfinite_share_are_arealss_definitions():
+    """|d| > log c for c in 1.5, 2, 3, 5, 10 (AReaL's ratio_outside_<c>), and the
+    share of loss tokens whose log-prob is not finite."""
+    d = torch.tensor([0.1, -0.5, 0.8, -1.2, 2.0, 3.0, float("inf"), 9.0])
+    loss = torch.tensor([True] * 7 + [False])
+    s = mismatch.token_stats(d, loss)
+    for c in mismatch.TAILS:
+        expected = [float(abs(x) > math.log(float(c))) for x in d[:6].tolist()]
+        assert s[f"over_log{c}"][:6].tolist() == expected, c
+    assert s["nonfinite"].tolist() == [0.0] * 6 + [1.0, 0.0]
+    assert set(mismatch.NAMES) >= {f"over_log{c}" for c in ("1.5", "3", "10")}
+
+
+def _areal_train_infer(d: torch.Tensor) -> dict[str, float]:
+    """What AReaL's log_train_inference_stats (main after 2.1.0, #1736) commits for
+    loss tokens with these d, from its definitions, in float64. Synthetic: no
+    AReaL build we can install has it."""
+    d = d.double()
+    out = {
+        "n_valid_tokens": float(d.numel()),
+        "logp_abs_diff/avg": float(d.abs().mean()),
+        "logp_abs_diff/max": float(d.abs().max()),
+        "kl_k1": float((-d).mean()),
+        "kl_k2": float((d * d / 2).mean()),
+        "kl_k3": float((torch.expm1(d) - d).mean()),
+        "nonfinite_logp_fraction": 0.0,
+    }
+    for c in mismatch.TAILS:
+        out[f"ratio_outside_{c}"] = float(
+            (d.abs() > math.log(float(c))).double().mean()
+        )
+    return {f"ppo_actor/train_infer/{k}": v for k, v in out.items()}
+
+
+def _ours(d: torch.Tensor) -> dict[str, float]:
+    """Ours as AReaL's tracker reduces them (avg, min, max over the loss tokens)."""
+    mask = torch.ones_like(d, dtype=torch.bool)
+    out = {TOKENS: float(d.numel())}
+    for name, values in mismatch.token_stats(d.float(), mask).items():
+        out[mismatch.stat_name(name, "avg")] = float(values.double().mean())
+        out[mismatch.stat_name(name, "min")] = float(values.min())
+        out[mismatch.stat_name(name, "max")] = float(values.max())
+    return out
+
+
+def test_arealss_own_mismatch_statistics_are_set_beside_ours(tmp_path, capsys):
+    """A step carrying AReaL's ppo_actor/train_infer/*: `mismatch` sets them beside
+    ours, says they agree to float noise, and names the first that does not."""
+    from test_cli_inspect import manifest, traj, write_manifest
+
+    from areal_debug.recording.writer.recording_writer import RecordingWriter
+
+    rec = str(tmp_path / "rec")
+    write_manifest(rec, manifest())
+    w = RecordingWriter(rec, shard=0, num_shards=1, steps_per_epoch=10)
+    gen = torch.Generator().manual_seed(0)
+    for step in range(3):
+        d = torch.randn(4000, generator=gen, dtype=torch.float64) * 0.3
+        stats = {**_ours(d), **_areal_train_infer(d)}
+        if step == 2:  # another mask or recompute on AReaL's side: a real gap
+            stats["ppo_actor/train_infer/kl_k3"] *= 1.5
+        w.submit_batch(step, [traj(step)])
+        w.submit_stats(step, stats)
+    w.close()
+    rc, rows = run_json(capsys, "mismatch", rec)
+    assert rc == 0
+    pairs = {(p["ours"], p["areal"]): p for p in rows[0]["areal"]}
+    assert len(pairs) == 12  # tokens, |d| avg and max, k1-k3, 5 tails, non-finite
+    assert all(p["agrees"] for p in pairs.values()), pairs
+    apart = [p["areal"] for p in rows[2]["areal"] if not p["agrees"]]
+    assert apart == ["kl_k3"]
+    assert main(["mismatch", rec, "--steps", "0-1"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "AReaL's own ppo_actor/train_infer statistics agree with ours at 2" in text
+    assert main(["mismatch", rec]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "differ from ours beyond float noise at step 2: kl_k3" in text
+    # The page says it too.
+    out = tmp_path / "page.html"
+    assert main(["report", rec, "-o", str(out)]) == 0
+    notes = page_data(out)["notes"]
+    assert any(
+        "differ from ours beyond float noise at step 2: kl_k3" in n for n in notes
+    )

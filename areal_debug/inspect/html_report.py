@@ -91,6 +91,7 @@ def build_report(
     report = _replay_data(replay, reader, chosen, notes) if replay else None
     data["replay"] = report
     decoder, tok_path = _decoder(reader, tokenizer, notes)
+    _areal_mismatch_note(reader, chosen, notes)
     limits = StepLimits(max_per_step, max_tokens)
     details = _step_details(reader, chosen, limits, decoder, report)
     data.update(
@@ -199,6 +200,16 @@ def _finite_or_text(values: dict[str, float]) -> dict[str, Any]:
 
 
 # -- the replay: recorded vs replayed, first divergence, stage report ----------------
+def _areal_mismatch_note(reader, chosen: list[int], notes: list[str]) -> None:
+    """Where the steps carry AReaL's own ppo_actor/train_infer statistics: whether
+    they agree with ours (the line `areal-debug mismatch` prints)."""
+    from areal_debug.stages import mismatch, train_infer
+
+    line = train_infer.summary(mismatch.table(reader, set(chosen)))
+    if line:
+        notes.append(line)
+
+
 def _replay_data(
     path: str, reader: RecordingReader, chosen: list[int], notes: list[str]
 ) -> dict[str, Any]:

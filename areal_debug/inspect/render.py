@@ -429,6 +429,11 @@ def mismatch(recording: str, rows: list[StepMismatch]) -> Group:
         else:
             table.add_row(str(r.step), *recorded)
     parts: list[Any] = [table, Text(LEGEND, style="dim")]
+    from areal_debug.stages.train_infer import summary
+
+    areal_line = summary(rows)
+    if areal_line:
+        parts.append(Text(areal_line))
     if not any(r.recorded or r.replayed for r in rows):
         parts.append(
             Text(

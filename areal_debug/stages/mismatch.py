@@ -8,7 +8,9 @@ Per token t of the loss (AReaL's ``loss_mask``; never prompt or padding tokens),
 with ``d = trainer - engine`` (log-probs of the same token): ``abs_diff`` |d|,
 ``k1`` -d, ``k2`` d^2/2 and ``k3`` exp(d) - 1 - d (the three estimates of
 KL(engine || trainer) from the engine's samples), ``ratio`` exp(d) (the importance
-ratio before any clamp), ``over_log2`` and ``over_log5`` (|d| above log 2, log 5).
+ratio before any clamp), ``over_log<c>`` for c in 1.5, 2, 3, 5, 10 (|d| above
+log c: the ratio outside [1/c, c], R3's extreme-token fraction, as AReaL's own
+``ratio_outside_<c>``) and ``nonfinite`` (a log-prob of either side not finite).
 AReaL's trainer exports each as avg, min and max over the step's loss tokens of
 every data-parallel rank (``areal_debug/mismatch/<name>/<avg|min|max>``, tokens
 counted in ``areal_debug/mismatch/n_tokens``), so they are recorded, replayed and
@@ -25,11 +27,23 @@ from typing import Any
 
 import torch
 
+from areal_debug.stages import train_infer
+
 SCOPE = "areal_debug/mismatch"
-TOKENS = "n_tokens"
+TOKENS = train_infer.TOKENS
 # The statistics, in the order tables show them.
-NAMES = ("abs_diff", "k1", "k2", "k3", "ratio", "over_log2", "over_log5")
-LOG2, LOG5 = math.log(2.0), math.log(5.0)
+# The ratio's tails: exp(d) outside [1/c, c], i.e. |d| > log c, at AReaL main's
+# ppo_actor/train_infer/ratio_outside_<c> thresholds.
+TAILS = train_infer.TAILS
+NAMES = (
+    "abs_diff",
+    "k1",
+    "k2",
+    "k3",
+    "ratio",
+    *(f"over_log{c}" for c in TAILS),
+    "nonfinite",
+)
 
 
 def stat_name(name: str, reduce: str = "avg") -> str:
@@ -72,6 +86,8 @@ def token_stats(d: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
     """Every per-token statistic of ``d`` (zero outside ``mask``, where nothing
     reads it: a placeholder log-prob of a token the engine never generated would
     otherwise count tens of nats)."""
+    # d is not finite where either log-prob is not (inf - inf, nan - x).
+    nonfinite = (mask & ~torch.isfinite(d)).float()
     d = torch.where(mask, d, torch.zeros_like(d))
     a = d.abs()
     return {
@@ -80,8 +96,8 @@ def token_stats(d: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
         "k2": d * d / 2,
         "k3": torch.expm1(d) - d,
         "ratio": torch.exp(d),
-        "over_log2": (a > LOG2).float(),
-        "over_log5": (a > LOG5).float(),
+        **{f"over_log{c}": (a > math.log(float(c))).float() for c in TAILS},
+        "nonfinite": nonfinite,
     }
 
 
@@ -139,6 +155,9 @@ class StepMismatch:
     # From the kept per-token log-probs (inspect/tokens.py TokenFigures): the
     # ratio's p50 and p99 and the row with the worst token; None: none kept.
     per_token: dict[str, Any] | None = None
+    # AReaL's own ppo_actor/train_infer statistics of the recorded step beside
+    # ours (stages/train_infer.py Pair); None where the step has none.
+    areal: list | None = None
 
 
 def of_stats(stats: dict[str, Any]) -> tuple[float | None, dict[str, float]]:
@@ -202,8 +221,12 @@ def table(
     for step in reader.available_steps():
         if steps is not None and step not in steps:
             continue
-        tokens, recorded = of_stats(reader.recorded_stats(step) or {})
+        stats = reader.recorded_stats(step) or {}
+        tokens, recorded = of_stats(stats)
         row = StepMismatch(step, tokens, recorded)
+        theirs = train_infer.of_stats(stats)
+        if theirs:
+            row.areal = train_infer.beside_ours(tokens, recorded, theirs)
         if step in replayed:
             row.replayed_tokens, row.replayed = replayed[step]
             row.replayed_is = replayed_meaning(replay, step)
