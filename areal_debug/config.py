@@ -650,6 +650,26 @@ def check_debug_section(cfg) -> str | None:
     )
 
 
+def refuse_controller_v2(cfg) -> None:
+    """AReaL's v2 controllers (``rollout._version=v2``) are refused in dump and
+    replay, before any process starts, with why and what to run instead."""
+    from areal_debug import areal_compat
+
+    keys = areal_compat.controller_v2_keys(cfg)
+    if not keys:
+        return
+    raise DebugConfigError(
+        f"{' and '.join(f'{k}=v2' for k in keys)}: AReaL's v2 controllers "
+        "(RolloutControllerV2, the gateway and data-proxy inference service) are not "
+        "supported by areal-debug: their trajectories come back from the data proxy, "
+        "not through the rollout engine's prepare_batch that a dump records and a "
+        "replay stands in for, so a replay could not run without the inference "
+        "service. Record and replay with the v1 controllers (rollout._version=v1 "
+        "actor._version=v1, AReaL's default), or turn debug.dump_rollout_data off "
+        "for this run."
+    )
+
+
 def check_recording(path: str) -> None:
     """A replay's ``debug.path`` holds a recording, or says where one is."""
     if os.path.isfile(os.path.join(path, MANIFEST)):

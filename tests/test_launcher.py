@@ -750,3 +750,32 @@ def test_load_expr_config_says_a_debug_mistake_in_one_line(capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "cannot be combined" in err and "Traceback" not in err
+
+
+@pytest.mark.each_areal
+def test_arealss_v2_controllers_are_refused_before_any_process_with_why():
+    """rollout._version=v2 (RolloutControllerV2, in every AReaL since 1.0.4) goes
+    around the hooks a dump records at: refused in dump and replay, by the
+    launcher and by a user's own script, before anything starts."""
+    from areal_debug.config import (
+        DebugConfigError,
+        load_expr_config,
+        refuse_controller_v2,
+    )
+
+    v2 = ("++rollout._version=v2", "++actor._version=v2")
+    for flag in ("debug.dump_rollout_data=true", "debug.replay_rollout_data=true"):
+        with pytest.raises(DebugConfigError) as e:
+            plan_launch(argv(flag, *v2))
+        text = str(e.value)
+        assert "rollout._version=v2 and actor._version=v2" in text
+        assert "rollout._version=v1 actor._version=v1" in text
+    # Without debug, AReaL's own v2 run is none of our business.
+    plan_launch(argv(*v2))
+    # A script's config object (AReaL's dataclasses): the same check.
+    config, _ = load_expr_config(["--config", FAKE_CONFIG, *v2])
+    assert config.rollout._version == "v2"
+    with pytest.raises(DebugConfigError, match="RolloutControllerV2"):
+        refuse_controller_v2(config)
+    config, _ = load_expr_config(["--config", FAKE_CONFIG])
+    refuse_controller_v2(config)

@@ -145,6 +145,8 @@ SUBJECTS: dict[str, tuple[str, ...]] = {
         "unnamed_allocation",
         "is_bare_allocation",
         "parse_allocation",
+        "CONTROLLER_VERSION_KEYS",
+        "controller_v2_keys",
         "allocation_train_world_size",
         "allocation_train_dp_size",
         "TRAIN_ENGINE_KEYS",

@@ -141,3 +141,31 @@ def stats_log_dir(trainer: PPOTrainer) -> str:
     from areal.utils.stats_logger import StatsLogger
 
     return StatsLogger.get_log_path(trainer.config.stats_logger)
+
+
+# -- the controller implementation ----------------------------------------------------
+# ``rollout._version`` / ``actor._version`` (api/cli_args.py, "v1" or "v2" since
+# 1.0.4; PPOTrainer refuses a mismatch): "v2" builds RolloutControllerV2 (the
+# gateway and data-proxy inference service, areal/v2/inference_service) and
+# GatewayTrainController. Neither goes through the hooks areal-debug records and
+# replays at: v2's trajectories come back from its data proxy
+# (/export_trajectories), its prepare_batch refuses reward_normalization and
+# drop_incomplete_group, and its train side is not the RPC workers' engines.
+CONTROLLER_VERSION_KEYS = ("rollout._version", "actor._version")
+
+
+def controller_v2_keys(cfg) -> list[str]:
+    """The keys of ``cfg`` (a DictConfig or a loaded config) that choose AReaL's v2
+    controllers; [] for the v1 default."""
+    from omegaconf import DictConfig, OmegaConf
+
+    found = []
+    for key in CONTROLLER_VERSION_KEYS:
+        if isinstance(cfg, DictConfig):
+            value = OmegaConf.select(cfg, key, default="v1")
+        else:
+            section, field = key.split(".")
+            value = getattr(getattr(cfg, section, None), field, "v1")
+        if str(value) == "v2":
+            found.append(key)
+    return found

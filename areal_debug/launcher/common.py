@@ -26,6 +26,7 @@ from areal_debug.config import (
     check_recording,
     compose_with_debug_overrides,
     earlier_replays_note,
+    refuse_controller_v2,
     replay_trial,
 )
 from areal_debug.determinism import DETERMINISM_ENV
@@ -61,6 +62,10 @@ def plan_launch(argv: list[str], resize_cluster: bool = False) -> LaunchPlan:
     check_debug_keys(argv)
     cfg, argv = parse_config(argv)
     recording = check_debug_section(cfg)
+    if _select(cfg, "debug.dump_rollout_data", False) or _select(
+        cfg, "debug.replay_rollout_data", False
+    ):
+        refuse_controller_v2(cfg)
     replay = bool(_select(cfg, "debug.replay_rollout_data", False))
     plan = LaunchPlan(config=cfg, argv=list(argv), replay=replay, recording=recording)
     if bool(_select(cfg, "debug.deterministic", False)):

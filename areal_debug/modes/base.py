@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from areal_debug import areal_compat, determinism
-from areal_debug.config import DebugConfig
+from areal_debug.config import DebugConfig, refuse_controller_v2
 from areal_debug.logs import get_logger
 from areal_debug.modes.step_clock import StepClock
 from areal_debug.single_controller.probed_engines import WorkerStageProbes
@@ -101,6 +101,9 @@ class ActiveMode(DebugMode):
         self._model_digested = False
 
     def prepare(self, config, train_dataset, valid_dataset):
+        # A user's own script reaches here without the launcher's check: still
+        # before PPOTrainer starts any process.
+        refuse_controller_v2(config)
         self.config = config
         if self.debug.deterministic:
             self._make_deterministic(config)
