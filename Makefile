@@ -41,8 +41,12 @@ $(STAMP): pyproject.toml requirements/cpu.txt requirements/constraints-cpu.txt $
 	# The CPU build first: areal's own pins (torch<2.11) would pull CUDA wheels.
 	$(PIP) install --quiet torch==2.13.0
 	$(PIP) install --quiet --no-deps areal==$(AREAL)
-	$(PIP) install --quiet -c requirements/constraints-cpu.txt -r requirements/cpu.txt $(AREAL_REQS:%=-r %)
-	$(PIP) install --quiet --no-deps -e .
+	# AReaL is installed without its GPU dependency set (sglang, vllm, flash-attn,
+	# its torch pin): pip's conflict report would list each as missing, in red,
+	# after every install below. Expected here, so not printed.
+	@echo "areal $(AREAL) installed without its GPU dependencies (not needed on CPU): pip's conflict report is off for the installs below."
+	$(PIP) install --quiet --no-warn-conflicts -c requirements/constraints-cpu.txt -r requirements/cpu.txt $(AREAL_REQS:%=-r %)
+	$(PIP) install --quiet --no-warn-conflicts --no-deps -e .
 	$(PY) -c "import areal, areal_debug, torch; print('areal', areal.__version__, 'torch', torch.__version__)"
 	# One release per venv: another release's stamp no longer describes it.
 	rm -f $(VENV)/.setup-done-areal-*
