@@ -127,3 +127,10 @@ def test_every_docs_page_is_linked_from_the_readme():
     pages = sorted((ROOT / "docs").glob("*.md"))
     missing = [p.name for p in pages if p.resolve() not in linked]
     assert pages and not missing, f"docs pages not linked from README.md: {missing}"
+
+
+def test_no_path_in_the_docs_depends_on_user_being_set():
+    """AReaL's log directories are under the user's name (getpass.getuser), which
+    containers and CI often run without $USER: the pages spell it $(whoami)."""
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        assert "$USER" not in page.read_text(), page.name
