@@ -10,6 +10,8 @@ import json
 import math
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 from support.harness import (
@@ -266,3 +268,69 @@ def test_replay_of_a_corrupted_payload_names_the_file(spmd_d1, tmp_path):
     )
     assert run.returncode != 0
     assert "Checksum mismatch" in run.log and str(payload) in run.log
+
+
+def relabelled_areal(root, version: str) -> str:
+    """A directory that, first on PYTHONPATH, makes the installed AReaL's
+    distribution metadata say ``version``: importlib.metadata finds this
+    ``areal-<version>.dist-info`` before site-packages' (the code is unchanged)."""
+    meta = os.path.join(str(root), f"areal-{version}", f"areal-{version}.dist-info")
+    os.makedirs(meta, exist_ok=True)
+    with open(os.path.join(meta, "METADATA"), "w") as f:
+        f.write(f"Metadata-Version: 2.1\nName: areal\nVersion: {version}\n")
+    return os.path.dirname(meta)
+
+
+@pytest.mark.each_areal
+def test_an_untested_areal_release_replays_with_one_warning(spmd_d1, tmp_path):
+    """The installed AReaL relabelled 2.1.0 (the release after main @cbff54d; no
+    snapshot of its code is available) replays the recording bit for bit, with one
+    warning naming the tested builds; relabelled 3.0.0, the check passes too."""
+    meta = relabelled_areal(tmp_path, "2.1.0")
+    env = {"PYTHONPATH": os.pathsep.join([meta, os.environ.get("PYTHONPATH", "")])}
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from importlib.metadata import version; print(version('areal'))",
+        ],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert probe.stdout.strip() == "2.1.0"
+    run = run_torchrun(
+        str(spmd_d1.workdir),
+        "relabelled-2.1.0",
+        1,
+        [
+            *DROPOUT,
+            f"total_train_steps={SPMD_D1_STEPS}",
+            "debug.replay_rollout_data=true",
+            "debug.replay_trial_name=relabelled",
+        ],
+        env=env,
+    )
+    assert run.returncode == 0, run.log[-3000:]
+    warned = "AReaL 2.1.0 is not a release areal-debug was tested with"
+    assert run.log.count(warned) == 1, run.log[-3000:]
+    assert_bitwise(spmd_d1.run, run, SPMD_D1_STEPS)
+    assert_identical(replay_report(str(spmd_d1.workdir), trial="relabelled"))
+    meta = relabelled_areal(tmp_path, "3.0.0")
+    check = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from areal_debug.areal_compat import "
+            "TRAINER_HOOKS, LAUNCHER_HOOKS, check_areal_version as c; "
+            "print(c(hooks=TRAINER_HOOKS + LAUNCHER_HOOKS))",
+        ],
+        env={**os.environ, "PYTHONPATH": meta},
+        capture_output=True,
+        text=True,
+    )
+    # AReaL's loggers (ours through them) write to stdout: the result is its last line.
+    assert check.returncode == 0, check.stderr[-2000:]
+    assert check.stdout.splitlines()[-1] == "3.0.0"
+    assert "AReaL 3.0.0 is not a release areal-debug was tested with" in check.stdout
