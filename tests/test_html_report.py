@@ -192,6 +192,12 @@ def test_a_divergent_replay_and_the_kept_stage_tensors(tmp_path, capsys):
     assert first["step"] == 1 and first["stages"][0]["stage"] == "logp"
     assert first["stages"][0]["where"] == "trajectory 0"
     assert "logp differs first at trajectory 0" in first["line"]
+    # Its mismatch from step 1 (logp) on is not the engine's gap: said per step.
+    assert replay["mismatch_meaning"] == {
+        "1": "not the recording's model or forward (step 1: logp)",
+        "2": "policy drift since step 1",
+        "3": "policy drift since step 1",
+    }
     # Recorded vs the kept stage tensors on each token, the divergent one named.
     rows = data["details"]["1"]["rows"]
     # The report's row 1, column 3 of trajectory 0 is recorded row 0 (AReaL's
@@ -469,3 +475,35 @@ def test_the_trainers_log_probs_are_paired_with_the_recorded_tokens(sc_d2, tmp_p
                 if a is not None and b is not None
             )
             assert abs(row["worst_delta"]) * 1000 >= shown - 1
+
+
+@needs_browser
+def test_the_mismatch_chart_bands_the_replays_drift(tmp_path):
+    """A replay that left the recording at step 1's weights: its mismatch at
+    steps 2 and 3 is its own weights' drift, banded and labelled on the mismatch
+    chart (the engine's gap up to step 1, unbanded)."""
+    from test_cli_inspect import manifest, traj, write_manifest
+
+    from areal_debug.inspect.plot import MISMATCH
+
+    rec, out = str(tmp_path / "rec"), tmp_path / "drift.html"
+    write_manifest(rec, manifest())
+    w = RecordingWriter(rec, shard=0, num_shards=1, steps_per_epoch=10)
+    for step in range(4):
+        w.submit_batch(step, [traj(step)])
+        w.submit_stats(step, {MISMATCH[0]: 0.05 + 0.01 * step, GRAD_NORM: 1.0})
+    w.close()
+    stage = {"stage": "weights", "where": "lm_head.weight", "differing": 1}
+    report = divergent_report(
+        rec, tmp_path / "logs" / "lr", 1, {**stage, "compared": 1}
+    )
+    html_report.build_report(rec, report, str(out))
+    assert set(page_data(out)["replay"]["mismatch_meaning"]) == {"2", "3"}
+    with open_page(str(out)) as page:
+        assert page.errors == [], page.errors
+        chart = page.locator(f".chart[data-metric='{MISMATCH[0]}']")
+        assert chart.locator(".drift-band").count() == 2
+        assert page.locator(".drift-band").count() == 2  # no other chart
+        assert chart.locator(".drift-label").text_content() == (
+            "replayed: policy drift since step 1"
+        )

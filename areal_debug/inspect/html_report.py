@@ -242,7 +242,18 @@ def _replay_data(
         "headline": report.headline(),
         # None for a report written before replays kept them.
         "config_changes": _jsonable(data.get("config_changes")),
+        "mismatch_meaning": _mismatch_meaning(data, replayed),
     }
+
+
+def _mismatch_meaning(data: dict[str, Any], replayed) -> dict[str, str]:
+    """By step, what a replay's mismatch measures where it is not the engine's
+    gap (stages/mismatch.py replayed_meaning): the mismatch chart bands those
+    steps, as `mismatch REC RUN` labels their rows."""
+    from areal_debug.stages.mismatch import ENGINE_GAP, replayed_meaning
+
+    meanings = {str(s): replayed_meaning(data, s) for s in sorted(replayed)}
+    return {s: m for s, m in meanings.items() if m != ENGINE_GAP}
 
 
 def _stage_report(report: ReplayReport, stage, first) -> dict[str, Any] | None:

@@ -150,6 +150,16 @@ function chart(m) {
     const v = D.series[a.step] && D.series[a.step][m.name];
     if (typeof v === "string") svg.append(sv("text", { x: x, y: MT + 22, "text-anchor": "middle", "font-size": 10, fill: "var(--pin)" }, v));
   }
+  // After the replay left the recording, its mismatch is its own weights' drift
+  // from those that generated the batch, not the engine's gap: banded and said.
+  const meaning = (R && R.mismatch_meaning) || {};
+  const drift = Object.keys(meaning).map(Number).filter((s) => s > lo && s < hi);
+  if (m.name.startsWith("areal_debug/mismatch/") && drift.length) {
+    for (const s of drift)
+      svg.append(sv("rect", { x: X(s - 0.5), y: MT, width: X(s + 0.5) - X(s - 0.5), height: H - MT - MB, fill: "rgba(240, 190, 0, 0.16)", class: "drift-band" }));
+    const s0 = Math.min(...drift);
+    svg.append(sv("text", { x: X(s0 - 0.5) + 3, y: H - MB - 4, "font-size": 10, fill: "#8a6d00", class: "drift-label" }, "replayed: " + meaning[s0]));
+  }
   line(svg, rec, X, Y, "var(--rec)", false);
   if (rep.length) line(svg, rep, X, Y, "var(--rep)", true);
   return el("div", { class: "chart", "data-metric": m.name },
