@@ -165,24 +165,7 @@ class RecordingReader:
 
     def stopped(self) -> list[dict[str, Any]]:
         """Where and why heads stopped recording (empty if none did)."""
-        found = []
-        for shard in range(self.num_shards):
-            p = inside(self.path, os.path.join(self.path, stopped_marker_name(shard)))
-            if os.path.exists(p):
-                marker = _read_json(p, "stop marker")
-            else:
-                # Left under its reserved name by a head whose directory had
-                # turned read-only.
-                p = inside(
-                    self.path, os.path.join(self.path, reserved_marker_name(shard))
-                )
-                marker = reserved_marker(p)
-                if marker is None:
-                    continue
-            if not isinstance(marker, dict):
-                raise invalid(p, "stop marker", "it is not a JSON object")
-            found.append(marker)
-        return found
+        return stop_markers(self.path, self.num_shards)
 
     def stop_consequence(self, stop: dict[str, Any]) -> str:
         """What a stop marker (one of ``stopped()``) means for replays, in words."""
@@ -407,6 +390,26 @@ class RecordingReader:
         for shard in range(self.num_shards):
             whole.extend(self.load_shard(step, shard))
         return reshard(whole, dp_rank, dp_size, step=step, num_shards=self.num_shards)
+
+
+def stop_markers(path: str, num_shards: int) -> list[dict[str, Any]]:
+    """The stop markers of a recording's heads (where and why each stopped)."""
+    found = []
+    for shard in range(num_shards):
+        p = inside(path, os.path.join(path, stopped_marker_name(shard)))
+        if os.path.exists(p):
+            marker = _read_json(p, "stop marker")
+        else:
+            # Left under its reserved name by a head whose directory had turned
+            # read-only.
+            p = inside(path, os.path.join(path, reserved_marker_name(shard)))
+            marker = reserved_marker(p)
+            if marker is None:
+                continue
+        if not isinstance(marker, dict):
+            raise invalid(p, "stop marker", "it is not a JSON object")
+        found.append(marker)
+    return found
 
 
 def _read_checked(path: str, expected_sha256: str | None, fix: str) -> bytes:
