@@ -273,3 +273,42 @@ def test_the_store_contract_names_every_module_at_the_stores_top():
         for p in top.glob("*.py")
         if p.stem != "__init__"
     )
+
+
+# Directories of package data, not packages: the shipped YAMLs and example scripts.
+DATA_DIRS = {"configs", "examples"}
+
+
+def test_every_top_level_module_is_in_an_import_layer():
+    """import-linter checks only the layers it is told: a module or package of
+    areal_debug's top that no layer names is checked by nothing."""
+    config = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())
+    (layers,) = [
+        c["layers"]
+        for c in config["tool"]["importlinter"]["contracts"]
+        if c.get("containers") == ["areal_debug"]
+    ]
+    named = {m.strip() for layer in layers for m in layer.split("|")}
+    top = {p.stem for p in PACKAGE.glob("*.py") if p.name != "__init__.py"}
+    top |= {
+        p.name
+        for p in PACKAGE.iterdir()
+        if p.is_dir() and (p / "__init__.py").is_file()
+    }
+    assert top - named == set(), "not in any layer of pyproject.toml"
+    assert named - top == set(), "a layer names no module"
+    # The data directories hold no package a layer could check.
+    assert {p.name for p in PACKAGE.iterdir() if p.is_dir()} - top - {
+        "__pycache__"
+    } == DATA_DIRS
+
+
+def test_the_example_scripts_import_only_the_public_api_and_the_tiny_task():
+    """examples/ is a directory of scripts users copy (package data, outside the
+    layers): they import the package's public names and the tiny task's
+    builders, nothing of its internals."""
+    modules = set(import_graph()) | {"areal_debug"}
+    for script in sorted((PACKAGE / "examples").glob("*.py")):
+        got = imported(script, modules, name="examples." + script.stem)
+        assert got <= {"areal_debug", "areal_debug.tooling.tiny_task"}, (script, got)
+        assert "areal_debug" in got, script
