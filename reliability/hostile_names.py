@@ -272,7 +272,7 @@ def tokenizer(path: str) -> str:
 def check_page(root: str, case: HostileCase, tok: str) -> str | None:
     """The report page in headless chromium: the hostile text shown as text, no
     script of the data run."""
-    from areal_debug.inspect import html_report
+    from areal_debug.inspect.page import report as html_report
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
     from support.browser import open_page

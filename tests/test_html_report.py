@@ -29,8 +29,8 @@ from areal_debug.compare.report import (
     TopologyChange,
 )
 from areal_debug.compare.statistics import compare_values
-from areal_debug.inspect import html_report
 from areal_debug.inspect.commands import report as report_command
+from areal_debug.inspect.page import report as html_report
 from areal_debug.recording.reader import RecordingReader
 from areal_debug.recording.writer.recording_writer import RecordingWriter
 

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """``areal-debug report``: one self-contained HTML page of a recorded run
-(``inspect/html_report.py``)."""
+(``inspect/page/report.py``)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ trajectories (sortable, filterable, group mean/std), a trajectory for its tokens
 coloured by log-probability. Large recordings: --steps, and at most
 --max-per-step trajectories per step (the page says how many are left out)."""
 
-# html_report's DEFAULT_MAX_PER_STEP and DEFAULT_MAX_TOKENS (a test keeps them
+# page.report's DEFAULT_MAX_PER_STEP and DEFAULT_MAX_TOKENS (a test keeps them
 # equal): importing it here would load torch for every command's --help.
 MAX_PER_STEP, MAX_TOKENS = 32, 1024
 
@@ -64,7 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     with logs_to_stderr():
-        from areal_debug.inspect import html_report
+        from areal_debug.inspect.page import report as html_report
 
         result = html_report.build_report(
             args.recording,

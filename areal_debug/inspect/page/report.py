@@ -4,7 +4,7 @@
 Everything the page shows is gathered here into one JSON-able dict (per-step
 statistics, anomaly pins, incomplete steps, each step's trajectories, the replay
 report's first divergence and stage report, the manifest) and written into the
-page template (``report_page/``) with its script and style inline: no network
+page template (``template/``) with its script and style inline: no network
 fetch, so the file opens from disk, from a bug-report attachment, or on an
 air-gapped cluster. The charts are SVG drawn by the page's own script.
 """
@@ -30,8 +30,8 @@ from areal_debug.inspect.common import (
     track,
 )
 from areal_debug.inspect.diff import recording_series, report_series
-from areal_debug.inspect.html_steps import Decoder, StepLimits, step_detail
 from areal_debug.inspect.listing import pinned_steps
+from areal_debug.inspect.page.steps import Decoder, StepLimits, step_detail
 from areal_debug.inspect.plot_recording import RECORDING_METRICS, anomalies
 from areal_debug.inspect.show import load_tokenizer, tokenizer_path_of
 from areal_debug.recording.reader import RecordingReader, format_ranges
@@ -319,8 +319,8 @@ def _step_details(reader, chosen, limits, decoder, report) -> dict[str, Any]:
 def write_page(out: str, data: dict[str, Any]) -> int:
     """The page with ``data`` and its script and style inline; its size in bytes."""
     html, css, js = (
-        resources.files("areal_debug.inspect")
-        .joinpath("report_page", name)
+        resources.files("areal_debug.inspect.page")
+        .joinpath("template", name)
         .read_text(encoding="utf-8")
         for name in PAGE_FILES
     )
