@@ -97,12 +97,26 @@ def test_a_replays_mismatch_after_it_left_the_recording_is_drift_not_the_gap(
     reader = RecordingReader(rec)
 
     def report(first):
+        from areal_debug.compare.report import (
+            ReplayReport,
+            StepComparison,
+            TopologyChange,
+        )
+
         entries = []
         for step in reader.available_steps():
             stats = reader.recorded_stats(step)
             metrics = {k: {"replayed": v} for k, v in stats.items()}
-            entries.append({"global_step": step, "metrics": metrics})
-        return {"first_divergence": first, "steps": entries}
+            left = first is not None and step == first["step"]
+            stages = (
+                {first["stage"]: {"status": "differs", "where": first["where"]}}
+                if left
+                else {}
+            )
+            status = "diverged" if left else "identical"
+            entries.append(StepComparison(step, status, metrics, {}, stages))
+        topology = TopologyChange("spmd", "spmd", 1, 1, 1, 1)
+        return ReplayReport(rec, 0.0, 0.0, topology, entries)
 
     weights_at_0 = report({"step": 0, "stage": "weights", "where": "x"})
     rows = mismatch.table(reader, None, weights_at_0)

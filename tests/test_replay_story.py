@@ -107,7 +107,13 @@ def test_diff_of_a_replay_report_tells_the_story():
     data = report(["identical"] * 2).to_json()
     data["steps"][0]["metrics"] = {"loss": {"recorded": 1.0, "replayed": 1.0}}
     recorded = Source("/rec", "recording", "recorded", {0: {"loss": 1.0}})
-    replay = Source("/r.json", "report", "replay x", {0: {"loss": 1.0}}, data)
+    replay = Source(
+        "/r.json",
+        "report",
+        "replay x",
+        {0: {"loss": 1.0}},
+        ReplayReport.from_json(data),
+    )
     d = diff_runs(recorded, replay)
     assert d.story == "identical to the recording at every step (2)"
     from rich.console import Console
@@ -139,9 +145,39 @@ def test_ls_leads_with_the_story_not_the_noisiest_metric():
             "status": "diverged",
         }
     }
-    summary = _replay_summary("/logs/u/e/lr/replay_report.json", data)
+    summary = _replay_summary(
+        "/logs/u/e/lr/replay_report.json", ReplayReport.from_json(data)
+    )
     assert summary.verdict == (
         "left the recording at step 1: weights (mini-batch 0 lm_head.weight); "
         "you changed actor.optimizer.lr"
     )
     assert "kl_div_taylor" not in summary.verdict
+
+
+def test_every_command_reads_a_report_through_the_one_type(tmp_path, capsys):
+    """diff, ls, mismatch and report read a replay report through
+    compare/report.py's read_report: one malformed in a key it needs is named
+    once, the same way, by each."""
+    import json
+
+    from test_cli_inspect import record_with_stats
+
+    from areal_debug.cli import main
+
+    rec = str(tmp_path / "rec")
+    record_with_stats(rec, steps=2, anomaly_at=-1, incomplete=2)
+    data = report(["identical"] * 2).to_json()
+    del data["topology"]
+    path = tmp_path / "replay_report.json"
+    path.write_text(json.dumps(data))
+    page = str(tmp_path / "page.html")
+    for argv in (
+        ["diff", str(path)],
+        ["mismatch", rec, str(path)],
+        ["report", rec, str(path), "-o", page],
+    ):
+        assert main(argv) != 0
+        err = capsys.readouterr().err
+        assert "is a replay report this areal-debug cannot read" in err, (argv, err)
+        assert "'topology'" in err

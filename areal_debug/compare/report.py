@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal_debug.recording.format import REPLAY_REPORT_NAME
+from areal_debug.recording.format import REPLAY_REPORT_NAME, RecordingError
 from areal_debug.stages.names import Verdict, step_order
 
 REPORT_NAME = REPLAY_REPORT_NAME
@@ -202,6 +203,17 @@ class ReplayReport:
             "steps": [e.to_json() for e in steps],
         }
 
+    def series(self, which: str) -> dict[int, dict[str, float]]:
+        """{step: {metric: value}} of the ``recorded`` or ``replayed`` values."""
+        out: dict[int, dict[str, float]] = {}
+        for entry in self.steps:
+            out[entry.global_step] = {
+                name: float(m[which])
+                for name, m in entry.metrics.items()
+                if m.get(which) is not None
+            }
+        return out
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ReplayReport:
         return cls(
@@ -214,3 +226,31 @@ class ReplayReport:
             config_changes=data.get("config_changes"),
             model=data.get("model"),
         )
+
+
+class NotAReport(ValueError):
+    """A JSON file that is not a replay report areal-debug can read."""
+
+
+def read_report(path: str) -> ReplayReport:
+    """The replay report at ``path``: the one way every command, the page, the
+    demo and selfcheck read one. RecordingError where the file cannot be read,
+    NotAReport where it is not a report (or one this areal-debug cannot read)."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise RecordingError(f"Cannot read the replay report {path}: {e}.") from e
+    if not isinstance(data, dict) or "steps" not in data or "recording" not in data:
+        raise NotAReport(
+            f"{path} is not a replay report (no 'recording' and 'steps' keys). Give "
+            f"the {REPORT_NAME} a replay wrote into its log directory."
+        )
+    try:
+        return ReplayReport.from_json(data)
+    except (KeyError, TypeError, ValueError) as e:
+        raise NotAReport(
+            f"{path} is a replay report this areal-debug cannot read (missing or "
+            f"malformed {e}): written by another version? Replay again to write "
+            "one of this version."
+        ) from None

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import shlex
 import sys
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
-from areal_debug.compare.report import REPORT_NAME
+from areal_debug.compare.report import (
+    REPORT_NAME,
+    NotAReport,
+    ReplayReport,
+    read_report,
+)
 from areal_debug.logs import get_logger
-from areal_debug.recording.format import MANIFEST, RecordingError, StepRanges
+from areal_debug.recording.format import MANIFEST, StepRanges
 
 T = TypeVar("T")
 
@@ -63,8 +67,8 @@ def report_file(path: str) -> str | None:
     return None
 
 
-def replay_report_at(path: str) -> tuple[str, dict[str, Any]]:
-    """(the file, its JSON) of the replay report ``path`` names: the file, or a
+def replay_report_at(path: str) -> tuple[str, ReplayReport]:
+    """(the file, the report) of the replay report ``path`` names: the file, or a
     replay trial's log directory holding it; one error saying what to give."""
     require_path(path, "The replay report")
     found = report_file(path)
@@ -74,22 +78,16 @@ def replay_report_at(path: str) -> tuple[str, dict[str, Any]]:
             "wrote, or the replay trial's log directory holding it (areal-debug ls "
             "ROOT names each replay of a recording)."
         )
-    return found, load_report_json(found)
+    return found, load_report(found)
 
 
-def load_report_json(path: str) -> dict[str, Any]:
-    """A replay report's JSON, or one error saying why it is not one."""
+def load_report(path: str) -> ReplayReport:
+    """A replay report (compare/report.py read_report), or one error saying why
+    it is not one (RecordingError: unreadable; InspectError: not a report)."""
     try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError) as e:
-        raise RecordingError(f"Cannot read the replay report {path}: {e}.") from e
-    if not isinstance(data, dict) or "steps" not in data or "recording" not in data:
-        raise InspectError(
-            f"{path} is not a replay report (no 'recording' and 'steps' keys). Give "
-            f"the {REPORT_NAME} a replay wrote into its log directory."
-        )
-    return data
+        return read_report(path)
+    except NotAReport as e:
+        raise InspectError(str(e)) from None
 
 
 def parse_steps(text: str | None, what: str = "--steps") -> StepRanges | None:

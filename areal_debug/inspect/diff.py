@@ -15,7 +15,7 @@ from areal_debug.compare.statistics import compare_values, training_stats
 from areal_debug.inspect.common import (
     InspectError,
     is_recording,
-    load_report_json,
+    load_report,
     report_file,
     require_path,
     track,
@@ -246,18 +246,6 @@ def _first_divergent(rows: list[MetricRow]) -> MetricRow | None:
     return max((r for r in diverged if r.step == step), key=lambda r: r.rel_diff)
 
 
-def report_series(data: dict[str, Any], which: str) -> dict[int, dict[str, float]]:
-    """{step: {metric: value}} of a report's ``recorded`` or ``replayed`` values."""
-    out: dict[int, dict[str, float]] = {}
-    for entry in data["steps"]:
-        metrics = {}
-        for name, m in entry.get("metrics", {}).items():
-            if which in m and m[which] is not None:
-                metrics[name] = float(m[which])
-        out[int(entry["global_step"])] = metrics
-    return out
-
-
 def recording_series(path: str) -> dict[int, dict[str, float]]:
     """{step: {metric: value}} the dump run committed (complete steps with stats)."""
     reader = RecordingReader(path)
@@ -277,7 +265,7 @@ class Source:
     kind: str  # "recording" or "report"
     label: str
     series: dict[int, dict[str, float]]
-    report: dict[str, Any] | None = None
+    report: ReplayReport | None = None
 
 
 def open_source(path: str) -> Source:
@@ -294,14 +282,14 @@ def open_source(path: str) -> Source:
             "(no replay_report.json). Give a recording directory, a "
             "replay_report.json, or the replay's log directory."
         )
-    data = load_report_json(report)
+    loaded = load_report(report)
     trial = os.path.basename(os.path.dirname(os.path.abspath(report)))
     return Source(
         os.path.abspath(report),
         "report",
         f"replay {trial}",
-        report_series(data, "replayed"),
-        data,
+        loaded.series("replayed"),
+        loaded,
     )
 
 
@@ -314,18 +302,12 @@ def pair(a: Source, b: Source | None) -> tuple[Source, Source]:
             f"{a.path} is a recording: give a second recording or replay report to "
             "compare it with."
         )
-    recorded = Source(
-        a.report["recording"],
-        "recording",
-        "recorded",
-        report_series(a.report, "recorded"),
-    )
+    recording = a.report.recording
+    recorded = Source(recording, "recording", "recorded", a.report.series("recorded"))
     # The recording's stats.json when it is still there (the report may be older).
-    if is_recording(a.report["recording"]):
+    if is_recording(recording):
         recorded.series = {
-            s: v
-            for s, v in recording_series(a.report["recording"]).items()
-            if s in a.series
+            s: v for s, v in recording_series(recording).items() if s in a.series
         } or recorded.series
     return recorded, a
 
@@ -356,17 +338,10 @@ def diff_runs(a: Source, b: Source) -> RunDiff:
     )
 
 
-def _story(report: dict[str, Any] | None) -> str | None:
-    """The report's headline (recomputed for a report written before there was
-    one); None for a report too old or partial to read that way."""
-    if report is None:
-        return None
-    if isinstance(report.get("headline"), str):
-        return report["headline"]
-    try:
-        return ReplayReport.from_json(report).headline()
-    except (KeyError, TypeError, ValueError):
-        return None
+def _story(report: ReplayReport | None) -> str | None:
+    """The report's headline (computed from the report itself, also for one
+    written before reports kept it)."""
+    return None if report is None else report.headline()
 
 
 def diff(a: str, b: str | None) -> RecordingDiff | RunDiff:

@@ -10,7 +10,7 @@ from typing import Any
 from areal_debug.compare.report import REPORT_NAME, ReplayReport
 from areal_debug.inspect.common import (
     is_recording,
-    load_report_json,
+    load_report,
     logger,
     require_path,
     track,
@@ -98,8 +98,8 @@ def find_recordings(root: str) -> list[str]:
     return sorted(found)
 
 
-def find_reports(roots: list[str]) -> list[tuple[str, dict[str, Any]]]:
-    """Every replay report (path, JSON) under ``roots``."""
+def find_reports(roots: list[str]) -> list[tuple[str, ReplayReport]]:
+    """Every replay report (path, report) under ``roots``."""
     out, seen = [], set()
     for root in roots:
         if not os.path.isdir(root):
@@ -112,7 +112,7 @@ def find_reports(roots: list[str]) -> list[tuple[str, dict[str, Any]]]:
                     continue
                 seen.add(path)
                 try:
-                    out.append((path, load_report_json(path)))
+                    out.append((path, load_report(path)))
                 except (RecordingError, ValueError) as e:
                     logger.warning(f"Skipping {path}: {e}")
     return out
@@ -130,7 +130,7 @@ def pinned_steps(reader: RecordingReader) -> list[int]:
     return sorted(pins)
 
 
-def summarize(path: str, reports: list[tuple[str, dict[str, Any]]]) -> RecordingSummary:
+def summarize(path: str, reports: list[tuple[str, ReplayReport]]) -> RecordingSummary:
     """One recording's summary; a recording that cannot be read says why."""
     try:
         reader = RecordingReader(path)
@@ -155,9 +155,9 @@ def summarize(path: str, reports: list[tuple[str, dict[str, Any]]]) -> Recording
     m = reader.manifest
     real = os.path.realpath(path)
     replays = [
-        _replay_summary(p, data)
-        for p, data in reports
-        if os.path.realpath(str(data.get("recording", ""))) == real
+        _replay_summary(p, report)
+        for p, report in reports
+        if os.path.realpath(str(report.recording)) == real
     ]
     return RecordingSummary(
         path=path,
@@ -177,8 +177,7 @@ def summarize(path: str, reports: list[tuple[str, dict[str, Any]]]) -> Recording
     )
 
 
-def _replay_summary(path: str, data: dict[str, Any]) -> ReplaySummary:
-    report = ReplayReport.from_json(data)
+def _replay_summary(path: str, report: ReplayReport) -> ReplaySummary:
     steps = [e.global_step for e in report.steps]
     return ReplaySummary(
         report=path,

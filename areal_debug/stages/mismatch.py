@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Container
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -174,17 +174,20 @@ def of_stats(stats: dict[str, Any]) -> tuple[float | None, dict[str, float]]:
     return (float(tokens) if tokens is not None else None), values
 
 
-def of_replay(report: dict[str, Any]) -> dict[int, tuple[float | None, dict]]:
+class ReplayReport(Protocol):
+    """What this module reads of a replay report (compare/report.py's
+    ReplayReport, a layer above: read through it, never as raw JSON)."""
+
+    def series(self, which: str) -> dict[int, dict[str, float]]: ...
+
+    def first_stage_divergence(self) -> dict[str, Any] | None: ...
+
+
+def of_replay(report: ReplayReport) -> dict[int, tuple[float | None, dict]]:
     """The mismatch each step of a replay report measured, by step."""
-    out = {}
-    for entry in report.get("steps", []):
-        replayed = {
-            name: m["replayed"]
-            for name, m in entry.get("metrics", {}).items()
-            if isinstance(m, dict) and "replayed" in m
-        }
-        out[entry["global_step"]] = of_stats(replayed)
-    return out
+    return {
+        step: of_stats(values) for step, values in report.series("replayed").items()
+    }
 
 
 ENGINE_GAP = "the engine gap"
@@ -193,14 +196,14 @@ ENGINE_GAP = "the engine gap"
 BEFORE_LOGP = ("model", "logp")
 
 
-def replayed_meaning(report: dict[str, Any], step: int) -> str:
+def replayed_meaning(report: ReplayReport, step: int) -> str:
     """What a replay's mismatch at ``step`` measures: the engine gap up to the step
     where the replay left the recording (that step too, where it left after the
     log-probs: advantages, loss, gradients, weights); after it, "policy drift
     since step K" (the replay's weights are no longer the ones that generated the
     rollouts); at it, where it left before them (another model, another
     forward), the gap of the replay's own model."""
-    first = report.get("first_divergence") or {}
+    first = report.first_stage_divergence() or {}
     left = first.get("step")
     if left is None:
         return ENGINE_GAP
@@ -212,7 +215,7 @@ def replayed_meaning(report: dict[str, Any], step: int) -> str:
 
 
 def table(
-    reader, steps: Container[int] | None = None, replay: dict[str, Any] | None = None
+    reader, steps: Container[int] | None = None, replay: ReplayReport | None = None
 ) -> list[StepMismatch]:
     """Each complete step's mismatch (``steps``: only those), with a replay
     report's beside it, each replayed row saying what it measures."""

@@ -12,7 +12,6 @@ from an installed wheel as well as from a source checkout.
 from __future__ import annotations
 
 import glob
-import json
 import os
 import re
 import shlex
@@ -22,6 +21,7 @@ import time
 from pathlib import Path
 
 from areal_debug import testing
+from areal_debug.compare.report import ReplayReport, read_report
 from areal_debug.inspect.common import cli_command
 from areal_debug.recording.reader import RecordingReader
 from areal_debug.testing import end_process, example_command, run_env, tail
@@ -180,19 +180,19 @@ def report_path(workdir: Path) -> str:
     return paths[0]
 
 
-def load_report(workdir: Path) -> dict:
-    with open(report_path(workdir)) as f:
-        return json.load(f)
+def load_report(workdir: Path) -> ReplayReport:
+    return read_report(report_path(workdir))
 
 
-def print_table(reader: RecordingReader, report: dict) -> tuple[bool, str | None]:
+def print_table(
+    reader: RecordingReader, report: ReplayReport
+) -> tuple[bool, str | None]:
     """Per-step table; returns (all identical and non-zero grads, first problem)."""
     problem = None
     print()
     print(f"{'step':>4}  {'metric':<40} {'recorded':>24} {'replayed':>24}  identical")
-    for entry in report["steps"]:
-        step = entry["global_step"]
-        metrics = entry["metrics"]
+    for entry in report.steps:
+        step, metrics = entry.global_step, entry.metrics
         for name in SHOWN_METRICS:
             m = metrics.get(name, {})
             print(
@@ -220,9 +220,9 @@ def print_table(reader: RecordingReader, report: dict) -> tuple[bool, str | None
         f"{'step':>4}  {'dump: step (s)':>15} {'of it rollout':>14}  "
         f"{'replay: step (s)':>17} {'of it rollout':>14}"
     )
-    for entry in report["steps"]:
-        step = entry["global_step"]
-        dump, replay = reader.recorded_timings(step), entry.get("timings", {})
+    for entry in report.steps:
+        step = entry.global_step
+        dump, replay = reader.recorded_timings(step), entry.timings
         print(
             f"{step:>4}  {_phases(dump):>15.3f} "
             f"{dump.get('timeperf/rollout', float('nan')):>14.3f}  "

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal_debug.compare.report import StepComparison
+from areal_debug.compare.report import ReplayReport, StepComparison, read_report
 from areal_debug.compare.stages import compare_stages
 from areal_debug.recording.format import (
     REPLAY_REPORT_NAME,
@@ -55,11 +55,11 @@ class Trial:
     log: str
     returncode: int | None = None
     report_path: str | None = None
-    report: dict[str, Any] | None = None
+    report: ReplayReport | None = None
 
     def steps(self) -> dict[int, StepComparison]:
-        entries = (self.report or {}).get("steps", [])
-        return {int(e["global_step"]): StepComparison.from_json(e) for e in entries}
+        entries = self.report.steps if self.report is not None else []
+        return {e.global_step: e for e in entries}
 
     def stages(self, step: int) -> dict[str, Any] | None:
         if self.report_path is None:
@@ -275,8 +275,7 @@ def run_selfcheck(
                 f"{trial.returncode}); its log is {trial.log}. Run the command alone "
                 "first (areal-debug doctor checks it), then selfcheck it."
             )
-        with open(trial.report_path) as f:
-            trial.report = json.load(f)
+        trial.report = read_report(trial.report_path)
     result.steps = compare_trials(*result.trials)
     if not result.steps:
         raise SelfcheckError(

@@ -29,7 +29,7 @@ from areal_debug.inspect.common import (
     require_path,
     track,
 )
-from areal_debug.inspect.diff import recording_series, report_series
+from areal_debug.inspect.diff import recording_series
 from areal_debug.inspect.listing import pinned_steps
 from areal_debug.inspect.page.steps import Decoder, StepLimits, step_detail
 from areal_debug.inspect.plot_recording import RECORDING_METRICS, anomalies
@@ -213,16 +213,15 @@ def _areal_mismatch_note(reader, chosen: list[int], notes: list[str]) -> None:
 def _replay_data(
     path: str, reader: RecordingReader, chosen: list[int], notes: list[str]
 ) -> dict[str, Any]:
-    found, data = replay_report_at(path)
-    if os.path.realpath(data["recording"]) != os.path.realpath(reader.path):
+    found, report = replay_report_at(path)
+    if os.path.realpath(report.recording) != os.path.realpath(reader.path):
         note = (
-            f"The replay report {found} is of the recording {data['recording']}, not "
+            f"The replay report {found} is of the recording {report.recording}, not "
             f"of {reader.path}: its recorded values are compared as it wrote them."
         )
         notes.append(note)
         logger.warning(note)
-    report = ReplayReport.from_json(data)
-    replayed = report_series(data, "replayed")
+    replayed = report.series("replayed")
     first = report.first_divergence()
     stage = report.first_stage_divergence()
     return {
@@ -241,18 +240,18 @@ def _replay_data(
         # The replay's story: what was changed, and its headline.
         "headline": report.headline(),
         # None for a report written before replays kept them.
-        "config_changes": _jsonable(data.get("config_changes")),
-        "mismatch_meaning": _mismatch_meaning(data, replayed),
+        "config_changes": _jsonable(report.config_changes),
+        "mismatch_meaning": _mismatch_meaning(report, replayed),
     }
 
 
-def _mismatch_meaning(data: dict[str, Any], replayed) -> dict[str, str]:
+def _mismatch_meaning(report: ReplayReport, replayed) -> dict[str, str]:
     """By step, what a replay's mismatch measures where it is not the engine's
     gap (stages/mismatch.py replayed_meaning): the mismatch chart bands those
     steps, as `mismatch REC RUN` labels their rows."""
     from areal_debug.stages.mismatch import ENGINE_GAP, replayed_meaning
 
-    meanings = {str(s): replayed_meaning(data, s) for s in sorted(replayed)}
+    meanings = {str(s): replayed_meaning(report, s) for s in sorted(replayed)}
     return {s: m for s, m in meanings.items() if m != ENGINE_GAP}
 
 
