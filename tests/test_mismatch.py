@@ -209,15 +209,37 @@ def plant(batch) -> None:
     traj["logprobs"][0, token] = PLANTED
 
 
+def assert_top_finds_the_plant(copy, capsys) -> None:
+    """``mismatch --top`` on a planted copy names the planted token first, at
+    its place: the step, the trajectory in the step's batch, its row and
+    position, both log-probs (the trainer's as the dump run kept them)."""
+    batch = RecordingReader(str(copy)).load_batch(0)
+    (where,) = [i for i, t in enumerate(batch) if (t["logprobs"] == PLANTED).any()]
+    position = int((batch[where]["logprobs"][0] == PLANTED).nonzero()[0])
+    rc, worst = run_json(capsys, "mismatch", str(copy), "--top", "3", "--steps", "0")
+    assert rc == 0 and worst["notes"] == []
+    first, second = worst["tokens"][:2]
+    assert (first["step"], first["group"], first["row"]) == (0, where, 0)
+    assert first["position"] == position
+    assert first["token"] == int(batch[where]["input_ids"][0, position])
+    assert first["engine"] == PLANTED
+    assert first["delta"] == pytest.approx(first["trainer"] - PLANTED)
+    assert first["delta"] > abs(PLANTED) - 10 and abs(second["delta"]) < 5
+
+
 @pytest.mark.areal
-def test_a_gap_planted_at_one_token_is_found_on_two_ranks(spmd_d1, tmp_path):
-    """The one-process recording re-split over two: each rank measures its own
-    half and the token is still paired with itself (on one rank: the recorded
-    steps' own mismatch above, reproduced by the replay)."""
-    nproc = 2
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_a_gap_planted_at_one_token_is_found_on_1_and_2_ranks(
+    spmd_d1, tmp_path, nproc, capsys
+):
+    """A copy of the one-process recording with one engine log-prob planted far
+    off: `--top` names its place from the dump's kept trainer log-probs, and a
+    replay on one rank, or re-split over two (each rank measuring its half, the
+    token still paired with itself), measures exactly one token more beyond log 5."""
     copy = tmp_path / "rec"
     shutil.copytree(spmd_d1.path, copy)
     rewrite_payload(str(copy), 0, 0, plant)
+    assert_top_finds_the_plant(copy, capsys)
     trial = f"planted{nproc}"
     run = run_torchrun(
         str(spmd_d1.workdir),
@@ -253,17 +275,9 @@ def test_top_names_a_planted_token_with_its_context(sc_d2, tmp_path, capsys):
     copy = tmp_path / "rec"
     shutil.copytree(sc_d2.path, copy)
     rewrite_payload(str(copy), 0, 0, plant)
-    batch = RecordingReader(str(copy)).load_shard(0, 0)
-    position = int(batch[3]["loss_mask"][0].nonzero()[1])
-    rc, worst = run_json(capsys, "mismatch", str(copy), "--top", "3", "--steps", "0")
-    assert rc == 0 and worst["notes"] == []
-    first, second = worst["tokens"][:2]
-    assert (first["step"], first["group"], first["row"]) == (0, 3, 0)
-    assert first["position"] == position
-    assert first["token"] == int(batch[3]["input_ids"][0, position])
-    assert first["engine"] == PLANTED
-    assert first["delta"] == pytest.approx(first["trainer"] - PLANTED)
-    assert first["delta"] > abs(PLANTED) - 10 and abs(second["delta"]) < 5
+    assert_top_finds_the_plant(copy, capsys)
+    rc, worst = run_json(capsys, "mismatch", str(copy), "--top", "1", "--steps", "0")
+    first = worst["tokens"][0]
     assert first["context"].endswith("]]") and "[[" in first["context"]
     assert main(["mismatch", sc_d2.path, "--top", "2"]) == 0
     shown = capsys.readouterr().out
@@ -410,3 +424,14 @@ def test_arealss_own_mismatch_statistics_are_set_beside_ours(tmp_path, capsys):
     assert any(
         "differ from ours beyond float noise at step 2: kl_k3" in n for n in notes
     )
+
+
+@pytest.mark.areal
+def test_top_finds_a_planted_token_in_a_two_rank_recording(spmd_d2, tmp_path, capsys):
+    """Recorded on two ranks, each keeping its half of the trainer's log-probs in
+    AReaL's order: a token planted in the second head's shard is named at its
+    place in the step's batch."""
+    copy = tmp_path / "rec"
+    shutil.copytree(spmd_d2.path, copy)
+    rewrite_payload(str(copy), 0, 1, plant)
+    assert_top_finds_the_plant(copy, capsys)
