@@ -265,42 +265,49 @@ def test_the_page_in_a_browser_small_recording(tmp_path):
         assert page.locator("path.pin").count() == 7
         page.click(".stepbtn[data-step='3']")
         assert page.locator("#traj-rows tr").count() == 2
-        # Filter and sort as a person would: reward below x, longest first.
+        # The gap at first sight: rows open worst |d| first (d = trainer - engine
+        # at each row's worst token).
+        assert page.inner_text("#traj-table th[data-key='worst_delta']") == "worst Δ ▼"
+        worst = page.locator("#traj-rows tr td:nth-child(12)").all_inner_texts()
+        assert len(worst) == 2 and all(abs(float(w) + 0.5) < 1e-5 for w in worst)
+        # Filter and sort as a person would: reward below x, highest first.
         page.fill(".filters input >> nth=0", "-1")
         assert page.locator("#traj-rows tr").count() == 0
         page.fill(".filters input >> nth=0", "")
         page.click("#traj-table th[data-key='reward']")
         rewards = page.locator("#traj-rows tr td:nth-child(3)").all_inner_texts()
         assert [float(r) for r in rewards] == sorted(map(float, rewards), reverse=True)
-        # Each row's worst token (d = trainer - engine), sortable, largest |d| first.
-        page.click("#traj-table th[data-key='worst_delta']")
-        assert page.inner_text("#traj-table th[data-key='worst_delta']") == "worst Δ ▼"
-        worst = page.locator("#traj-rows tr td:nth-child(12)").all_inner_texts()
-        assert len(worst) == 2 and all(abs(float(w) + 0.5) < 1e-5 for w in worst)
-        page.click("#traj-table th[data-key='reward']")
         page.click("#traj-rows tr >> nth=0")
-        colours = coloured_tokens(page)
-        assert len(colours) == 5 and "rgba(0, 0, 0, 0)" not in colours
         # Four to colour by: generation, recomputed and reference log-probs, and
-        # the mismatch between the first two.
+        # the mismatch between the first two, which the view opens with.
         assert page.locator("#traj select option").count() == 4
-        # The label follows the switch; the legend runs from 0 nats (green) on the
-        # left to -6 (red); tokens stand apart.
-        assert page.inner_text("#coloured-by") == "recorded log-prob (generation)"
-        page.select_option("#traj select", "stage_logp")
-        assert page.inner_text("#coloured-by").startswith("recomputed log-prob")
-        assert coloured_tokens(page) != colours
-        # By d = trainer - engine: planted at -0.5 on every token, the scale's end.
-        page.select_option("#traj select", "delta")
         assert page.inner_text("#coloured-by") == "Δ = trainer − engine log-prob"
+        assert page.eval_on_selector("#traj select", "e => e.value") == "delta"
         # (The page holds log-probs in thousandths: d may read -0.499 or -0.501.)
         # This recording's first completion token sits at position 0, which
-        # nothing predicts: no trainer log-prob, no d, no colour.
+        # nothing predicts: no trainer log-prob, no d, no colour. The rest: d at
+        # the step's 99th percentile of |d|, the scale's end, below 0: blue.
         first, *rest = coloured_tokens(page)
         assert first == "rgba(0, 0, 0, 0)" and len(rest) == 4
         for colour in rest:
-            red, green, _ = map(float, re.findall(r"[\d.]+", colour))
-            assert red == 230 and green <= 82, colour
+            red, green, blue = map(float, re.findall(r"[\d.]+", colour))
+            assert red <= 40 and 95 <= green <= 110 and blue >= 170, colour
+        legend = page.inner_text("#traj p.muted")
+        assert "Δ −0.501 " in legend or "Δ −0.5 " in legend, legend
+        assert "99th percentile of |Δ|" in legend
+        # The sign is kept: above the engine red, below blue, white at 0.
+        assert page.evaluate("diverging(1)") == "rgb(215,48,39)"
+        assert page.evaluate("diverging(-1)") == "rgb(33,102,172)"
+        assert page.evaluate("diverging(0)") == "rgb(255,255,255)"
+        # A toggle back to the log-probs; the label follows the switch.
+        page.select_option("#traj select", "logp")
+        assert page.inner_text("#coloured-by") == "recorded log-prob (generation)"
+        colours = coloured_tokens(page)
+        assert len(colours) == 5 and "rgba(0, 0, 0, 0)" not in colours
+        page.select_option("#traj select", "stage_logp")
+        assert page.inner_text("#coloured-by").startswith("recomputed log-prob")
+        assert coloured_tokens(page) != colours
+        page.select_option("#traj select", "delta")
         tip = page.get_attribute("#tokens .tok >> nth=1", "title")
         d = float(re.search(r"Δ = trainer − engine log-prob: (\S+)", tip)[1])
         ratio = float(re.search(r"importance ratio exp\(Δ\): (\S+)", tip)[1])

@@ -212,7 +212,10 @@ function steps() {
 }
 let current = null;
 function showStep(s) {
-  current = { step: s, sort: { key: "i", dir: 1 } };
+  // Where the trainer's log-probs were kept, the rows open worst |Δ| first: the
+  // training-inference gap is what a person opens the page for.
+  const worst = D.details[s].rows.some((r) => isNum(r.worst_delta));
+  current = { step: s, sort: worst ? { key: "worst_delta", dir: -1 } : { key: "i", dir: 1 } };
   link(`step=${s}`);
   for (const b of document.querySelectorAll(".stepbtn[data-step]")) b.classList.toggle("sel", Number(b.dataset.step) === s);
   document.getElementById("traj").hidden = true;
@@ -296,11 +299,41 @@ const SOURCES = [
   // Computed here from the two above: the training-inference mismatch per token.
   ["delta", "Δ = trainer − engine log-prob"],
 ];
-// Each source's scale: [value to colour, the legend's two ends].
-const SCALES = {
-  delta: [(d) => colour(-6 * Math.min(1, Math.abs(d) / 0.5)), "|Δ| 0 ", " 0.5 nats and above"],
-};
-const LOGP_SCALE = [colour, "0 ", " −6 nats and below"];
+// Each source's scale: [value to colour, the legend's two ends, its gradient].
+const LOGP_GRADIENT = "linear-gradient(to right, rgb(200,240,200), rgb(255,235,160), rgb(230,80,80))";
+const LOGP_SCALE = [colour, "0 ", " −6 nats and below", LOGP_GRADIENT];
+// Δ keeps its sign on a diverging scale: blue where the trainer's log-prob is
+// below the engine's, red where above, white at 0; full colour at the step's
+// 99th percentile of |Δ| (a step's gap, not a fixed 0.5 nats that paints a
+// 1e-3 gap white and a 5-nat one like a 0.5-nat one).
+const NEG = [33, 102, 172], POS = [215, 48, 39];
+function diverging(u) {
+  if (u === null || u === undefined || !isFinite(u)) return "transparent";
+  const t = Math.min(1, Math.abs(u)), c = u < 0 ? NEG : POS;
+  const mix = (a) => Math.round(255 + (a - 255) * t);
+  return `rgb(${mix(c[0])},${mix(c[1])},${mix(c[2])})`;
+}
+function deltaOf(r) {
+  if (r.logp && r.stage_logp && !r.delta) {
+    r.delta = r.logp.map((e, k) => (isNum(e) && isNum(r.stage_logp[k]) ? r.stage_logp[k] - e : null));
+  }
+  return r.delta;
+}
+function deltaScale(step) {
+  // The 99th percentile of |Δ| over the step's rows on the page, in nats.
+  const d = D.details[step];
+  if (d._dscale === undefined) {
+    const all = d.rows.flatMap((r) => (deltaOf(r) || []).filter(isNum).map((x) => Math.abs(x) / 1000)).sort((a, b) => a - b);
+    d._dscale = all.length ? Math.max(all[Math.min(all.length - 1, Math.floor(0.99 * all.length))], 1e-6) : 1;
+  }
+  return d._dscale;
+}
+function scaleOf(by) {
+  if (by !== "delta") return LOGP_SCALE;
+  const s = deltaScale(current.step);
+  return [(d) => diverging(d / s), `Δ −${fmt(s)} `, ` +${fmt(s)} nats (the step's 99th percentile of |Δ|; beyond it, full colour)`,
+    `linear-gradient(to right, rgb(${NEG}), rgb(255,255,255), rgb(${POS}))`];
+}
 function colour(lp) {
   // 0 nats (certain) green, -2 yellow, -6 and below red.
   if (lp === null || lp === undefined) return "transparent";
@@ -317,16 +350,17 @@ function showTrajectory(r, tr) {
   const d = D.details[current.step];
   const box = document.getElementById("traj");
   box.hidden = false;
-  if (r.logp && r.stage_logp && !r.delta) {
-    r.delta = r.logp.map((e, k) => (isNum(e) && isNum(r.stage_logp[k]) ? r.stage_logp[k] - e : null));
-  }
+  deltaOf(r);
   const have = SOURCES.filter(([k]) => r[k]);
-  let by = have.length ? have[0][0] : null;
+  // The gap at first sight: Δ where the trainer's log-probs are there.
+  let by = have.some(([k]) => k === "delta") ? "delta" : have.length ? have[0][0] : null;
   const tokens = el("div", { class: "tokens", id: "tokens" });
   const byLabel = el("span", { id: "coloured-by" });
   const [low, high] = [el("span", {}), el("span", {})];
+  const bar = el("span", { class: "scale" });
   function paint() {
-    const [paintOf, lowText, highText] = SCALES[by] || LOGP_SCALE;
+    const [paintOf, lowText, highText, gradient] = scaleOf(by);
+    bar.style.backgroundImage = gradient;
     byLabel.textContent = by ? SOURCES.find((s) => s[0] === by)[1] : "";
     low.textContent = lowText;
     high.textContent = highText;
@@ -345,13 +379,13 @@ function showTrajectory(r, tr) {
     if (r.tokens_left_out) tokens.append(el("span", { class: "muted" }, ` … ${r.tokens_left_out} more tokens not on this page (--max-tokens)`));
   }
   const pick = have.length > 1 ? el("span", {}, "colour by ", el("select", { onchange: (e) => { by = e.target.value; paint(); } },
-    have.map(([k, label]) => el("option", { value: k }, label)))) : null;
+    have.map(([k, label]) => el("option", { value: k, selected: k === by ? "" : null }, label)))) : null;
   box.replaceChildren();
   add(box,
     el("h2", {}, `Trajectory ${r.i} of step ${current.step} (group ${r.group}, sample ${r.row})`),
     el("p", {}, `reward ${fmt(r.reward)} · ${r.prompt_len} prompt + ${r.completion_len} completion tokens · versions ${range(r.versions)} · staleness ${range(r.staleness)}`),
     el("p", { class: "muted" }, have.length ? ["Completion tokens (the loss's) coloured by ", byLabel, ": ", low,
-      el("span", { class: "scale" }), high, "; the prompt, dimmed, is in no figure; hover a token for its values. ", pick] :
+      bar, high, "; the prompt, dimmed, is in no figure; hover a token for its values. ", pick] :
       "No log-probabilities recorded for this trajectory."),
     r.divergent_token !== undefined ? el("p", { class: "divergence" }, `The replay's first divergent stage differs most at completion token ${r.divergent_token} (outlined).`) : null,
     tokens);
