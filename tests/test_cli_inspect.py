@@ -368,7 +368,7 @@ def test_show_decodes_with_the_recorded_tokenizer(spmd_d1, capsys):
     )
     assert main(["show", spmd_d1.path, "--step", "2", "--traj", "1", "--decode"]) == 0
     out = capsys.readouterr().out
-    assert "Trajectory 1" in out and "assistant:" in out
+    assert "Group 1 (trajectory dict 1 of the step)" in out and "assistant:" in out
 
 
 @pytest.mark.areal

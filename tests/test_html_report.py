@@ -336,14 +336,41 @@ def test_the_page_in_a_browser_small_recording(tmp_path):
             (gap,) = gaps
             mantissa = gap / 10 ** math.floor(math.log10(gap) + 1e-9)
             assert round(mantissa, 6) in (1, 2, 5), ticks
-        # Each click is a link a colleague can open: the same step and trajectory.
+        # Each click is a link a colleague can open: the same step and trajectory,
+        # named as the CLI names it (step, group, sample; the batch index beside).
         shown = page.inner_text("#traj h2")
         hash_ = page.evaluate("location.hash")
-        assert re.fullmatch(r"#step=3&traj=\d+", hash_), hash_
+        m = re.fullmatch(r"#step=3&group=(\d+)&sample=(\d+)", hash_)
+        assert m, hash_
+        assert shown.startswith(f"Step 3, group {m[1]}, sample {m[2]} (trajectory #")
         page.goto(page.url.split("#")[0] + hash_)
         page.reload()
         assert page.inner_text("#traj h2") == shown
         assert page.locator(".stepbtn.sel").inner_text() == "step 3"
+        # Back and Forward walk the views: the step, then the trajectory again.
+        page.click(".stepbtn[data-step='1']")
+        assert page.evaluate("location.hash") == "#step=1"
+        page.go_back()
+        assert page.evaluate("location.hash") == hash_
+        assert page.inner_text("#traj h2") == shown
+        assert page.locator(".stepbtn.sel").inner_text() == "step 3"
+        page.go_forward()
+        assert page.locator(".stepbtn.sel").inner_text() == "step 1"
+        assert page.locator("#traj").is_hidden()
+        # The batch index (the page's old links) opens the same trajectory.
+        index = re.search(r"trajectory #(\d+)", shown)[1]
+        page.goto(page.url.split("#")[0] + f"#step=3&traj={index}")
+        page.reload()
+        assert page.inner_text("#traj h2") == shown
+        # A link to nothing says so, rather than showing nothing.
+        page.goto(page.url.split("#")[0] + "#step=99&group=500")
+        page.reload()
+        note = page.inner_text("#link-note")
+        assert "names step 99, which this page does not hold" in note, note
+        page.goto(page.url.split("#")[0] + "#step=3&group=500&sample=0")
+        page.reload()
+        assert "names group 500, sample 0 of step 3" in page.inner_text("#link-note")
+        assert page.errors == []
 
 
 @pytest.mark.areal

@@ -220,6 +220,8 @@ def assert_top_finds_the_plant(copy, capsys) -> None:
     assert rc == 0 and worst["notes"] == []
     first, second = worst["tokens"][:2]
     assert (first["step"], first["group"], first["row"]) == (0, where, 0)
+    # One numbering with the page: its link to the trajectory.
+    assert first["link"] == f"#step=0&group={where}&sample=0"
     assert first["position"] == position
     assert first["token"] == int(batch[where]["input_ids"][0, position])
     assert first["engine"] == PLANTED
@@ -282,6 +284,7 @@ def test_top_names_a_planted_token_with_its_context(sc_d2, tmp_path, capsys):
     assert main(["mismatch", sc_d2.path, "--top", "2"]) == 0
     shown = capsys.readouterr().out
     assert "loss tokens furthest from the engine's log-probs" in shown
+    assert "page.html#step=0&group=" in " ".join(shown.split())
     # A recording that kept no per-token trainer log-probs says how to keep them.
     bare = tmp_path / "bare"
     record_with_stats(str(bare), steps=2, anomaly_at=1, incomplete=2)

@@ -122,9 +122,17 @@ def parse_int_list(text: str | None, what: str) -> list[int] | None:
 
 
 def to_jsonable(obj: Any) -> Any:
-    """Dataclasses (nested) as plain JSON values."""
+    """Dataclasses (nested) as plain JSON values: their own ``to_json`` where they
+    have one (it may add what is derived, such as a trajectory's page link)."""
+    to_json = getattr(obj, "to_json", None)
+    if callable(to_json) and not isinstance(obj, type):
+        return to_jsonable(to_json())
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {k: to_jsonable(v) for k, v in dataclasses.asdict(obj).items()}
+        # Field by field (not dataclasses.asdict, which would turn a nested one
+        # into a dict before its own to_json is asked).
+        return {
+            f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+        }
     if isinstance(obj, dict):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):

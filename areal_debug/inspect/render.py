@@ -120,7 +120,7 @@ def show(view: StepView, full: bool) -> Group:
         )
     groups = Table(title="Trajectories (one per prompt; rows = samples)")
     for col in (
-        "traj",
+        "group",
         "shard",
         "samples",
         "prompt tok",
@@ -149,15 +149,19 @@ def show(view: StepView, full: bool) -> Group:
     other = [(t.index, k, v) for t in view.trajectories for k, v in t.other.items()]
     if other:
         table = Table(title="Other keys (recorded and replayed as they are)")
-        for col in ("traj", "key", "dtype, shape: values"):
-            table.add_column(col, justify="right" if col == "traj" else "left")
+        for col in ("group", "key", "dtype, shape: values"):
+            table.add_column(col, justify="right" if col == "group" else "left")
         for index, key, text in other:
             table.add_row(str(index), key, text)
         parts.append(table)
     if view.tokenizer:
         for t in view.trajectories:
-            texts = Table(title=f"Trajectory {t.index}", show_lines=True, expand=True)
-            texts.add_column("row", justify="right", width=3)
+            texts = Table(
+                title=f"Group {t.index} (trajectory dict {t.index} of the step)",
+                show_lines=True,
+                expand=True,
+            )
+            texts.add_column("sample", justify="right", width=6)
             texts.add_column("reward", justify="right", width=7)
             texts.add_column("prompt", ratio=1, overflow="fold")
             texts.add_column("completion", ratio=1, overflow="fold")
@@ -450,7 +454,8 @@ def worst_tokens(recording: str, worst: WorstTokens) -> Group:
     table = Table(
         title=f"loss tokens furthest from the engine's log-probs: {recording}"
     )
-    for heading in ("step", "traj", "row", "pos", "engine", "trainer", "d"):
+    # One numbering with the page: group (the trajectory dict) and sample (its row).
+    for heading in ("step", "group", "sample", "pos", "engine", "trainer", "d"):
         table.add_column(heading, justify="right")
     table.add_column(Text("tokens before it, [[the token]]"), overflow="fold")
     for t in worst.tokens:
@@ -465,5 +470,13 @@ def worst_tokens(recording: str, worst: WorstTokens) -> Group:
             Text(t.context),
         )
     parts: list[Any] = [table] if worst.tokens else []
+    if worst.tokens:
+        parts.append(
+            Text(
+                "In the page (areal-debug report REC -o page.html), page.html"
+                f"{worst.tokens[0].link} opens the first; --json gives each its link.",
+                style="dim",
+            )
+        )
     parts += [Text(note) for note in worst.notes]
     return Group(*parts)

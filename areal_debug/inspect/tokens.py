@@ -127,8 +127,20 @@ class WorstToken:
     delta: float  # trainer - engine
     context: str = ""  # the tokens before it, then the token in [[ ]]
 
+    @property
+    def link(self) -> str:
+        """The page's link to its trajectory (one numbering: step, group, sample)."""
+        return page_link(self.step, self.group, self.row)
+
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "link": self.link}
+
+
+def page_link(step: int, group: int, sample: int) -> str:
+    """The fragment that opens a trajectory in the report page: the page, the CLI
+    and the JSON name a trajectory by step, group (the trajectory dict: a prompt
+    and its samples, in the step's batch) and sample (its row)."""
+    return f"#step={step}&group={group}&sample={sample}"
 
 
 @dataclass

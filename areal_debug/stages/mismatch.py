@@ -134,7 +134,7 @@ COLUMNS = (
 LEGEND = (
     "d = trainer - engine log-prob per loss token; k3: KL(engine || trainer), "
     "estimate exp(d)-1-d; r: the importance ratio exp(d) before any clamp; >log2, "
-    ">log5: share of tokens with |d| above; worst: traj/row of the token with the "
+    ">log5: share of tokens with |d| above; worst: group/sample of the token with the "
     "largest |d|. k1 and k2 with --json."
 )
 

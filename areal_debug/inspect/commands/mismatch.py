@@ -36,9 +36,9 @@ optimizer step; needs actor.recompute_logprob): mean and max |d|, the k1, k2, k3
 estimates of KL(engine || trainer), the importance ratio exp(d) before any clamp,
 and the share of tokens with |d| above log 2 and log 5; from the trainer's
 per-token log-probs a dump keeps (debug.record_trainer_logp, on by default) the
-ratio's p50 and p99 and the trajectory/row with the worst token. Exit code 4 when
+ratio's p50 and p99 and the group/sample with the worst token. Exit code 4 when
 no step has it (recompute off, or recorded before areal-debug measured it). --top N
-lists the N loss tokens with the largest |d| (step, trajectory, position, both
+lists the N loss tokens with the largest |d| (step, group, sample, position, both
 log-probs, the tokens before it), from those per-token log-probs."""
 
 

@@ -28,8 +28,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--step", type=int, required=True, help="global step to show")
     p.add_argument("--shard", type=int, help="only this shard (data-parallel head)")
     p.add_argument(
+        "--group",
         "--traj",
-        help="trajectories to show, e.g. 0,3,5-7 (index in the step, or in --shard)",
+        dest="traj",
+        help="groups (trajectory dicts: a prompt and its samples) to show, e.g. "
+        "0,3,5-7 (index in the step, or in --shard); the page and mismatch --top "
+        "number them the same",
     )
     p.add_argument(
         "--decode", action="store_true", help="decode prompts and completions"

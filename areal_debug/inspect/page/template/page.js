@@ -211,12 +211,12 @@ function steps() {
   }
 }
 let current = null;
-function showStep(s) {
+function showStep(s, fromLink) {
   // Where the trainer's log-probs were kept, the rows open worst |Δ| first: the
   // training-inference gap is what a person opens the page for.
   const worst = D.details[s].rows.some((r) => isNum(r.worst_delta));
   current = { step: s, sort: worst ? { key: "worst_delta", dir: -1 } : { key: "i", dir: 1 } };
-  link(`step=${s}`);
+  if (!fromLink) link(`step=${s}`);
   for (const b of document.querySelectorAll(".stepbtn[data-step]")) b.classList.toggle("sel", Number(b.dataset.step) === s);
   document.getElementById("traj").hidden = true;
   renderStep();
@@ -343,10 +343,12 @@ function colour(lp) {
   const [a, b, u] = t < 1 / 3 ? [c0, c1, t * 3] : [c1, c2, (t - 1 / 3) * 1.5];
   return `rgb(${mix(a[0], b[0], u)},${mix(a[1], b[1], u)},${mix(a[2], b[2], u)})`;
 }
-function showTrajectory(r, tr) {
+function showTrajectory(r, tr, fromLink) {
   for (const x of document.querySelectorAll("tr.row.sel")) x.classList.remove("sel");
   if (tr) tr.classList.add("sel");
-  link(`step=${current.step}&traj=${r.i}`);
+  // One numbering with the CLI: a trajectory is step, group (the trajectory dict:
+  // a prompt and its samples) and sample (its row), the batch index beside them.
+  if (!fromLink) link(`step=${current.step}&group=${r.group}&sample=${r.row}`);
   const d = D.details[current.step];
   const box = document.getElementById("traj");
   box.hidden = false;
@@ -382,7 +384,7 @@ function showTrajectory(r, tr) {
     have.map(([k, label]) => el("option", { value: k, selected: k === by ? "" : null }, label)))) : null;
   box.replaceChildren();
   add(box,
-    el("h2", {}, `Trajectory ${r.i} of step ${current.step} (group ${r.group}, sample ${r.row})`),
+    el("h2", {}, `Step ${current.step}, group ${r.group}, sample ${r.row} (trajectory #${r.i} of the step's batch)`),
     el("p", {}, `reward ${fmt(r.reward)} · ${r.prompt_len} prompt + ${r.completion_len} completion tokens · versions ${range(r.versions)} · staleness ${range(r.staleness)}`),
     el("p", { class: "muted" }, have.length ? ["Completion tokens (the loss's) coloured by ", byLabel, ": ", low,
       bar, high, "; the prompt, dimmed, is in no figure; hover a token for its values. ", pick] :
@@ -426,19 +428,43 @@ function manifest() {
     el("details", {}, el("summary", {}, "the whole recorded config"), el("pre", { class: "config" }, JSON.stringify(m.config, null, 1))));
 }
 
-// -- links: #step=2&traj=5 opens that step and trajectory, and each click sets it ---------
+// -- links: #step=2&group=5&sample=0 opens that step and trajectory (the CLI prints
+// them); each click adds one to the history, so Back and Forward walk the views.
+// #step=2&traj=20 (the batch index) still opens what it did.
 function link(hash) {
-  history.replaceState(null, "", "#" + hash);
+  if (location.hash === "#" + hash) return;
+  history.pushState(null, "", "#" + hash);
+}
+function missing(text) {
+  const box = document.getElementById("link-note");
+  box.hidden = !text;
+  box.textContent = text || "";
 }
 function follow(hash) {
+  missing(null);
   const want = Object.fromEntries(new URLSearchParams(hash.replace(/^#/, "")));
+  if (want.step === undefined) return;
   const s = Number(want.step);
-  if (want.step === undefined || !D.details[s]) return;
-  showStep(s);
-  if (want.traj === undefined) return;
-  const tr = document.querySelector(`#traj-rows tr[data-i="${Number(want.traj)}"]`);
-  if (tr) tr.click();
+  if (!D.details[s]) {
+    const have = Object.keys(D.details).map(Number).sort((a, b) => a - b);
+    missing(`The link names step ${want.step}, which this page does not hold (its steps: ${range([have[0], have[have.length - 1]])}).`);
+    return;
+  }
+  showStep(s, true);
+  const rows = D.details[s].rows;
+  let r = null;
+  if (want.group !== undefined) {
+    r = rows.find((x) => x.group === Number(want.group) && x.row === Number(want.sample || 0));
+    if (!r) missing(`The link names group ${want.group}, sample ${want.sample || 0} of step ${s}, which this page does not hold (${rows.length} trajectories of the step are on it).`);
+  } else if (want.traj !== undefined) {
+    r = rows.find((x) => x.i === Number(want.traj));
+    if (!r) missing(`The link names trajectory #${want.traj} of step ${s}, which this page does not hold.`);
+  }
+  if (!r) return;
+  const tr = document.querySelector(`#traj-rows tr[data-i="${r.i}"]`);
+  showTrajectory(r, tr, true);
 }
 
 header(); verdict(); notes(); legend(); charts(); steps(); stageReport(); manifest();
 follow(location.hash);
+window.addEventListener("popstate", () => follow(location.hash));
