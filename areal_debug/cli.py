@@ -24,6 +24,7 @@ from areal_debug.inspect.commands import (
     mismatch,
     plot,
     report,
+    resume,
     show,
     summary,
     verify,
@@ -124,6 +125,15 @@ COMMANDS: tuple[Command, ...] = (
         verify.add_arguments,
         verify.run,
         about=verify.ABOUT,
+    ),
+    Command(
+        "resume",
+        "PATH",
+        "was each resume lossless: weights, prompts, nothing lost or repeated",
+        resume.add_arguments,
+        resume.run,
+        about=resume.ABOUT,
+        examples=resume.EXAMPLES,
     ),
     Command(
         "report",

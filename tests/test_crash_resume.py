@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import shutil
 import signal
@@ -22,6 +23,7 @@ from support.harness import (
     torchrun,
 )
 from support.waiting import wait_until
+from test_cli_inspect import rewrite_payload
 
 from areal_debug.cli import main as cli
 from areal_debug.recording.format import STEP_META, step_dirname
@@ -36,7 +38,11 @@ DUMP = [
     f"total_train_steps={STEPS}",
     "debug.dump_rollout_data=true",
     "recover.mode=on",
-    "++recover.freq_steps=1",
+    # One recover checkpoint, after step 2 (AReaL counts the steps: the third
+    # saves). Step 3's batch is recorded after it, so a run killed once step 3 is
+    # recorded resumes at step 3 and records it again (the first attempt's is
+    # superseded): the same outcome however far the killed run got.
+    "++recover.freq_steps=3",
 ]
 
 
@@ -66,13 +72,13 @@ def kill_after_step(workdir: str, step: int) -> str:
 def test_a_killed_dump_run_resumes_and_its_recording_replays_bitwise(workdir):
     d = str(workdir)
     path = recording_dir(d)
-    kill_after_step(d, 1)
+    kill_after_step(d, 3)
 
     # What the killed run left: complete steps whole, the lock free, verify
     # naming what is incomplete in one line each.
     reader = RecordingReader(path)
     complete = reader.available_steps()
-    assert complete[:2] == [0, 1]
+    assert complete[:4] == [0, 1, 2, 3]
     for step in complete:
         assert reader.verify_step(step)[1] == []
     # The kernel frees the lock as each killed process ends (within moments).
@@ -112,3 +118,41 @@ def test_a_killed_dump_run_resumes_and_its_recording_replays_bitwise(workdir):
     report = replay_report(d)
     assert report["summary"]["steps"] == STEPS
     assert report["summary"]["all_identical"] is True, report["first_divergence"]
+
+    # Was the resume lossless? It was: resumed at step 3 on the killed run's
+    # weights after step 2, step 3 redone on the same prompts, nothing repeated.
+    rc, check = cli_json("resume", path)
+    assert rc == 0 and check["lossless"] is True, check
+    (resume,) = check["resumes"]
+    assert (resume["step"], resume["weights"]) == (3, "identical"), resume
+    assert resume["superseded"] and 3 in resume["compared_steps"], resume
+    assert resume["different_prompts"] == [] and check["lost"] == []
+    assert check["repeated"] == []
+    # A copy whose redone step 3 consumed step 2's first prompt instead of its
+    # own: the prompt it skipped is lost, the one it took twice repeated.
+    copy = os.path.join(d, "planted")
+    shutil.copytree(path, copy)
+    first = RecordingReader(copy).load_shard(2, 0)[0]
+
+    def take_step_2s_prompt(batch):
+        batch[0] = first
+
+    rewrite_payload(copy, 3, 0, take_step_2s_prompt)
+    rc, check = cli_json("resume", copy)
+    assert rc == 3 and check["lossless"] is False
+    assert check["resumes"][0]["different_prompts"] == [3]
+    assert [lost["step"] for lost in check["lost"]] == [3]
+    assert RecordingReader(copy).steps_per_epoch >= 4  # steps 2 and 3: one epoch
+    assert [(r["step"], r["earlier"]) for r in check["repeated"]] == [(3, 2)]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli(["resume", copy]) == 3
+    assert "Redone steps on OTHER prompts" in out.getvalue()
+    assert "NOT lossless" in out.getvalue()
+
+
+def cli_json(*argv) -> tuple[int, dict]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = cli([*argv, "--json"])
+    return rc, json.loads(out.getvalue())

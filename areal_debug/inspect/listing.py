@@ -19,6 +19,7 @@ from areal_debug.recording.atomic import read_json
 from areal_debug.recording.format import (
     ANOMALY,
     KEPT,
+    SUPERSEDED,
     RecordingError,
     dir_bytes,
     kept_steps,
@@ -28,7 +29,7 @@ from areal_debug.recording.reader import RecordingReader
 from areal_debug.stages.names import Verdict
 
 # Directories no recording lives in: AReaL's own trees and a recording's insides.
-_SKIP_DIRS = {"name_resolve", "checkpoints", KEPT, "superseded", "__pycache__"}
+_SKIP_DIRS = {"name_resolve", "checkpoints", KEPT, SUPERSEDED, "__pycache__"}
 
 
 @dataclass

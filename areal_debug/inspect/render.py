@@ -480,3 +480,67 @@ def worst_tokens(recording: str, worst: WorstTokens) -> Group:
         )
     parts += [Text(note) for note in worst.notes]
     return Group(*parts)
+
+
+def resume_check(check) -> Group:
+    """Each resume, then the recording's repeated and lost prompts, then the
+    verdict."""
+    parts: list[Any] = []
+    if not check.resumes:
+        parts.append(
+            Text(f"{check.recording}: no resume (every step was recorded by one run).")
+        )
+    for r in check.resumes:
+        weights = {
+            "identical": "the weights it started from are the interrupted run's "
+            "after step {before} ({detail})",
+            "differs": "the weights it started from are NOT the interrupted run's "
+            "after step {before}: {detail}",
+        }.get(str(r.weights), "its starting weights not compared: {detail}")
+        lines = [
+            f"Resumed at step {r.step}: "
+            + weights.format(before=r.step - 1, detail=r.weights_detail)
+        ]
+        if r.superseded is None:
+            lines.append(
+                "  The interrupted run had recorded no step from there on: no "
+                "redone step to compare."
+            )
+        elif r.different_prompts:
+            lines.append(
+                f"  Redone steps on OTHER prompts than the attempt they superseded "
+                f"(superseded/{r.superseded}): {format_ranges(r.different_prompts)}"
+            )
+        else:
+            lines.append(
+                f"  Redone steps {format_ranges(r.compared_steps) or '-'} consumed the "
+                f"same prompts, in the same order, as the attempt they superseded "
+                f"(superseded/{r.superseded})."
+            )
+        parts += [Text(line) for line in lines]
+    for rep in check.repeated[:10]:
+        parts.append(
+            Text(
+                f"Prompt {rep['prompt']} consumed again by the redone step "
+                f"{rep['step']}: step {rep['earlier']} of the same epoch had it."
+            )
+        )
+    if len(check.repeated) > 10:
+        parts.append(Text(f"... {len(check.repeated) - 10} more repeated (--json)."))
+    for lost in check.lost[:10]:
+        parts.append(
+            Text(
+                f"Prompt {lost['prompt']} of the superseded step {lost['step']} was "
+                "consumed by no kept step: lost with the interrupted attempt."
+            )
+        )
+    parts.append(
+        Text(
+            "Lossless: nothing lost or repeated, every resume on the interrupted "
+            "run's weights."
+            if check.lossless
+            else "NOT lossless (above).",
+            style="green" if check.lossless else "bold red",
+        )
+    )
+    return Group(*parts)

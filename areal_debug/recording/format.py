@@ -160,6 +160,9 @@ def list_step_dirs(path: str) -> dict[int, str]:
 
 # Recover checkpoints kept with a recording (areal_debug/recording/checkpoints.py).
 KEPT = "recover"
+# Steps a resumed dump run recorded again, moved aside (never deleted):
+# superseded/<time>/step-NNNNNN/, one folder per resume.
+SUPERSEDED = "superseded"
 
 
 def kept_steps(recording: str) -> list[int]:

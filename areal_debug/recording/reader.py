@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import os
@@ -19,6 +20,7 @@ from areal_debug.recording.format import (
     STAGES_FILE,
     STATS,
     STEP_META,
+    SUPERSEDED,
     SUPPORTED_FORMAT_VERSIONS,
     Codec,
     RecordingError,
@@ -492,3 +494,22 @@ def load_payload_bytes(data: bytes, name: str) -> list[dict[str, Any]]:
             f"Cannot unpack payload {name}: {e}. The file was not written by "
             "areal-debug or was altered; restore it or re-record the step."
         ) from e
+
+
+def superseded_attempts(reader: RecordingReader) -> list[tuple[str, RecordingReader]]:
+    """Each resume's superseded attempt (``superseded/<time>/``: the steps the
+    interrupted run had recorded and the resumed one recorded again), oldest
+    first, as a reader of those steps (the recording's manifest and layout)."""
+    root = inside(reader.path, os.path.join(reader.path, SUPERSEDED))
+    if not os.path.isdir(root):
+        return []
+    out = []
+    for name in sorted(os.listdir(root)):
+        folder = inside(reader.path, os.path.join(root, name))
+        if not os.path.isdir(folder):
+            continue
+        attempt = copy.copy(reader)
+        attempt.path = folder
+        attempt._step_meta = {}
+        out.append((name, attempt))
+    return out

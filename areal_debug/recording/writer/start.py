@@ -16,6 +16,7 @@ from areal_debug.recording.atomic import atomic_write_json, read_json
 from areal_debug.recording.format import (
     KEPT,
     MANIFEST,
+    SUPERSEDED,
     TEMPORARY_PREFIX,
     RecordingError,
     list_step_dirs,
@@ -111,7 +112,7 @@ def supersede_steps(path: str, first_step: int) -> list[int]:
     if not os.path.isdir(path):
         return []
     moved = []
-    target = os.path.join(path, "superseded", time.strftime("%Y%m%d-%H%M%S"))
+    target = os.path.join(path, SUPERSEDED, time.strftime("%Y%m%d-%H%M%S"))
     for step, step_dir in list_step_dirs(path).items():
         if step >= first_step:
             os.makedirs(target, exist_ok=True)

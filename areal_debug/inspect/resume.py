@@ -1,0 +1,182 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Was a resume lossless? The resumes inside one recording, checked.
+
+A dump run that resumes (AReaL's ``recover.mode``) starts at the step after its
+last recover checkpoint: it digests the weights it starts from (the ``model``
+stage of that step, which only a run's first step has), and it moves the steps
+the interrupted run had recorded from there on to ``superseded/<time>/`` before
+recording them again. So one recording answers, for each resume at step K:
+
+- whether the weights the resumed run started from are those the interrupted
+  run had after step K-1 (its ``weights`` digests of step K-1);
+- whether each redone step consumed the same prompts, in the same order, as the
+  attempt it superseded (exact with ``rollout.max_head_offpolicyness`` 0; with
+  more, the prompts in flight at the kill may differ);
+- where a redone step consumed other prompts: those a kept step had already
+  consumed earlier in the epoch (repeated), and the superseded attempt's that no
+  kept step consumed (lost).
+
+Prompts are compared by a digest of their token ids (the rows' tokens outside
+the loss mask), one per trajectory dict and step. Only what the resume changed
+counts: a dataset may hold a prompt twice, and a redone step that consumed what
+its superseded attempt did repeats nothing, whatever the dataset holds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from areal_debug.compare.stages import compare_model
+from areal_debug.recording.reader import RecordingReader, superseded_attempts
+from areal_debug.stages.names import MODEL_STAGE, Verdict
+
+
+@dataclass
+class Resume:
+    """One resume: where it started and what it found there."""
+
+    step: int
+    # The resumed run's starting weights against the interrupted run's after
+    # step - 1: identical, differs or not_compared (with why).
+    weights: str
+    weights_detail: str = ""
+    # The interrupted attempt's steps (superseded/<time>/), if it had recorded any
+    # from ``step`` on, and the redone steps whose prompts differ from them.
+    superseded: str | None = None
+    compared_steps: list[int] = field(default_factory=list)
+    different_prompts: list[int] = field(default_factory=list)
+
+
+@dataclass
+class ResumeCheck:
+    recording: str
+    resumes: list[Resume]
+    # Prompts a redone step consumed in place of its superseded attempt's that a
+    # kept step had consumed earlier in the epoch: (step, prompt digest, the
+    # earlier step).
+    repeated: list[dict[str, Any]]
+    # Prompts a superseded attempt consumed that no kept step did: (step of the
+    # attempt, prompt digest).
+    lost: list[dict[str, Any]]
+
+    @property
+    def lossless(self) -> bool:
+        return not (
+            self.repeated
+            or self.lost
+            or any(r.different_prompts for r in self.resumes)
+            or any(r.weights == Verdict.DIFFERS for r in self.resumes)
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return {**asdict(self), "lossless": self.lossless}
+
+
+def prompt_digest(ids: torch.Tensor) -> str:
+    return hashlib.sha256(ids.to(torch.int64).numpy().tobytes()).hexdigest()[:16]
+
+
+def step_prompts(reader: RecordingReader, step: int) -> list[str]:
+    """The step's prompts in batch order, one digest per trajectory dict (its
+    first row's tokens outside the loss mask and inside the attention mask)."""
+    out = []
+    for traj in reader.load_batch(step):
+        ids = traj.get("input_ids") if isinstance(traj, dict) else None
+        if not isinstance(ids, torch.Tensor):
+            continue
+        ids = ids if ids.dim() > 1 else ids.unsqueeze(0)
+        row = ids[0]
+        keep = torch.ones_like(row, dtype=torch.bool)
+        for key, inside in (("attention_mask", True), ("loss_mask", False)):
+            mask = traj.get(key)
+            if isinstance(mask, torch.Tensor) and mask.numel() == ids.numel():
+                m = mask.reshape(ids.shape)[0].bool()
+                keep &= m if inside else ~m
+        out.append(prompt_digest(row[keep]))
+    return out
+
+
+def _stages(reader: RecordingReader, step: int) -> dict[str, Any] | None:
+    return reader.recorded_stages(step)[0] if reader.has_step(step) else None
+
+
+def _resume_steps(reader: RecordingReader, attempts) -> list[int]:
+    """Steps a run started at after step 0: those with the weights digested at
+    their start, and each superseded attempt's first step."""
+    found = set()
+    for step in reader.available_steps():
+        stages = _stages(reader, step) if step > 0 else None
+        if stages and MODEL_STAGE in stages.get("global", {}):
+            found.add(step)
+    for _, attempt in attempts:
+        steps = attempt.available_steps() or sorted(
+            s for s in attempt.incomplete_steps()
+        )
+        if steps:
+            found.add(min(steps))
+    return sorted(found)
+
+
+def _weights(reader: RecordingReader, step: int) -> tuple[str, str]:
+    start = (_stages(reader, step) or {}).get("global", {}).get(MODEL_STAGE)
+    if start is None:
+        return Verdict.NOT_COMPARED, (
+            f"step {step} keeps no digest of the weights it started from (recorded "
+            "with debug.stage_digests=false, or not complete)"
+        )
+    result = compare_model(step, start, None, _stages(reader, step - 1))
+    if result["status"] == Verdict.NOT_COMPARED:
+        return Verdict.NOT_COMPARED, result.get("reason", "")
+    if result["status"] == Verdict.IDENTICAL:
+        return Verdict.IDENTICAL, f"{result['compared']} parameters identical"
+    return Verdict.DIFFERS, (
+        f"{result['differing']} of {result['compared']} parameters differ, first "
+        f"{result['where']}"
+    )
+
+
+def check_resumes(reader: RecordingReader) -> ResumeCheck:
+    attempts = superseded_attempts(reader)
+    resumes, lost, repeated = [], [], []
+    kept = {s: step_prompts(reader, s) for s in reader.available_steps()}
+    everywhere = {p for prompts in kept.values() for p in prompts}
+    spe = max(1, int(reader.steps_per_epoch or 1))
+    for step in _resume_steps(reader, attempts):
+        weights, detail = _weights(reader, step)
+        resume = Resume(step, weights, detail)
+        for name, attempt in attempts:
+            redone = [s for s in attempt.available_steps() if s >= step]
+            if not redone or min(redone) != step:
+                continue
+            resume.superseded = name
+            for s in redone:
+                before = step_prompts(attempt, s)
+                lost += [
+                    {"step": s, "prompt": p} for p in before if p not in everywhere
+                ]
+                if s not in kept:
+                    continue
+                resume.compared_steps.append(s)
+                if before == kept[s]:
+                    continue
+                resume.different_prompts.append(s)
+                for p in set(kept[s]) - set(before):
+                    earlier = _consumed_before(kept, p, s, spe)
+                    if earlier is not None:
+                        repeated.append({"step": s, "prompt": p, "earlier": earlier})
+        resumes.append(resume)
+    return ResumeCheck(reader.path, resumes, repeated, lost)
+
+
+def _consumed_before(kept: dict[int, list[str]], p: str, step: int, spe: int):
+    """The first kept step of ``step``'s epoch before it that consumed ``p``."""
+    for s in range(step - step % spe, step):
+        if p in kept.get(s, ()):
+            return s
+    return None
