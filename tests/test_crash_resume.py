@@ -149,6 +149,11 @@ def test_a_killed_dump_run_resumes_and_its_recording_replays_bitwise(workdir):
         assert cli(["resume", copy]) == 3
     assert "Redone steps on OTHER prompts" in out.getvalue()
     assert "NOT lossless" in out.getvalue()
+    # ls says the recording was resumed, and what checks it; the resumed run's log
+    # said so too.
+    rc, listed = cli_json("ls", path)
+    assert rc == 0 and listed[0]["resumes"] == 1
+    assert f"`areal-debug resume {path}` checks" in resumed.log
 
 
 def cli_json(*argv) -> tuple[int, dict]:

@@ -25,7 +25,7 @@ from areal_debug.recording.format import (
     kept_steps,
     list_step_dirs,
 )
-from areal_debug.recording.reader import RecordingReader
+from areal_debug.recording.reader import RecordingReader, superseded_attempts
 from areal_debug.stages.names import Verdict
 
 # Directories no recording lives in: AReaL's own trees and a recording's insides.
@@ -80,6 +80,9 @@ class RecordingSummary:
     size_bytes: int
     replays: list[ReplaySummary] = field(default_factory=list)
     error: str | None = None
+    # Resumes whose interrupted attempt had recorded steps again recorded
+    # (superseded/<time>/): `areal-debug resume` checks them.
+    resumes: int = 0
 
 
 def find_recordings(root: str) -> list[str]:
@@ -175,6 +178,7 @@ def summarize(path: str, reports: list[tuple[str, ReplayReport]]) -> RecordingSu
         stopped=reader.stopped(),
         size_bytes=dir_bytes(path),
         replays=sorted(replays, key=lambda r: r.report),
+        resumes=len(superseded_attempts(reader)),
     )
 
 

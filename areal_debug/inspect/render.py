@@ -87,6 +87,8 @@ def listing(summaries: list[RecordingSummary]) -> Group:
             steps += f"\nincomplete: {format_ranges(s.incomplete)}"
         for stop in s.stopped:
             steps += f"\nstopped at {stop.get('step')} (shard {stop.get('shard')})"
+        if s.resumes:
+            steps += f"\nresumed {s.resumes}x: areal-debug resume checks it"
         replays = "\n".join(f"{r.trial}: {r.verdict}" for r in s.replays) or "none"
         table.add_row(
             f"{s.experiment}/{s.trial}\n[dim]\\[{number}][/dim]",

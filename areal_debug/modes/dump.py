@@ -265,6 +265,13 @@ class DumpMode(ActiveMode):
         if self.topology.is_coordinator():
             sweep_leftovers(self.debug.path, start)
             supersede_steps(self.debug.path, start)
+            if start > 0:
+                logger.info(
+                    f"Resumed at step {start}: once this run has recorded a few "
+                    f"steps, `areal-debug resume {self.debug.path}` checks that the "
+                    "resume started from the interrupted run's weights and lost or "
+                    "repeated no prompt."
+                )
         self.topology.barrier(self.trainer)
         return workflow
 
