@@ -22,7 +22,7 @@ from support import checkpoint_pointer_standin as standin
 
 from areal_debug import areal_compat
 from areal_debug.recording import checkpoints
-from areal_debug.recording.format import KEPT, step_dirname
+from areal_debug.recording.format import KEPT, TEMPORARY_PREFIX, step_dirname
 
 NAMES = ["default"]
 pytestmark = pytest.mark.each_areal
@@ -99,7 +99,8 @@ def test_a_replay_installs_a_generation_and_points_latest_at_it(tmp_path, with_p
     assert _read(os.path.join(source.payloads["default"], "w.bin")) == "new"
     with open(os.path.join(source.manifest, areal_compat.DATALOADER_INFO), "rb") as f:
         assert pickle.load(f) == [{"next_step": 4}] * 2
-    assert not os.path.exists(standin.latest_path(root) + ".areal-debug.tmp")
+    # Written atomically: no temporary file of the write is left beside it.
+    assert [n for n in os.listdir(root) if n.startswith(TEMPORARY_PREFIX)] == []
 
 
 def test_without_the_module_the_legacy_layout_and_a_pointer_it_cannot_read(

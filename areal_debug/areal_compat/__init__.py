@@ -123,7 +123,7 @@ SUBJECTS: dict[str, tuple[str, ...]] = {
         "save_root",
         "saved_recover_paths",
         "install_generation",
-        "publish_generation",
+        "generation_pointer",
         "DATALOADER_INFO",
         "write_dataloader_state",
         "recover_start_step",

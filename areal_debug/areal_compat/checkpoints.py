@@ -122,20 +122,13 @@ def install_generation(root: str, step: int, names: list[str]) -> tuple[str, dic
     }
 
 
-def publish_generation(root: str, step: int, names: list[str]) -> str:
-    """Point LATEST at the generation of ``step``, atomically, whatever it
-    pointed to before (the replay's own trial; a replay starts it afresh); the
-    pointer's text is AReaL's own (checkpoint_pointer.make_record)."""
+def generation_pointer(root: str, step: int, names: list[str]) -> tuple[str, str]:
+    """(path, text) of the LATEST pointer that publishes the generation of
+    ``step`` under the save root ``root``: AReaL's own record
+    (checkpoint_pointer.make_record, latest_path). The caller writes it
+    atomically once the generation is whole."""
     pointer = checkpoint_pointer_module()
-    text = pointer.make_record(step, list(names)).to_json()
-    path = pointer.latest_path(root)
-    tmp = f"{path}.areal-debug.tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return path
+    return pointer.latest_path(root), pointer.make_record(step, list(names)).to_json()
 
 
 DATALOADER_INFO = "dataloader_info.pkl"

@@ -20,9 +20,9 @@ import shutil
 # the reliability suite's stand-in runs) never load AReaL.
 from areal_debug.areal_compat import (
     checkpoint_pointer_module,
+    generation_pointer,
     install_generation,
     kept_trees,
-    publish_generation,
     recover_model_names,
     recover_paths,
     save_root,
@@ -30,6 +30,7 @@ from areal_debug.areal_compat import (
     write_dataloader_state,
 )
 from areal_debug.logs import get_logger
+from areal_debug.recording.atomic import atomic_write_bytes
 from areal_debug.recording.format import KEPT, kept_steps, step_dirname
 
 logger = get_logger("DebugCheckpoints")
@@ -149,4 +150,7 @@ def install(
     # is a ReplayDataLoader whose whole state is the next step to yield.
     write_dataloader_state(info, {"next_step": step + 1}, world_size)
     if generations:
-        publish_generation(root, step, names)
+        # Whatever LATEST pointed to before goes: this is the replay's own trial,
+        # which it starts afresh.
+        path, text = generation_pointer(root, step, names)
+        atomic_write_bytes(path, text.encode())
