@@ -106,25 +106,23 @@ def _stages(reader: RecordingReader, step: int) -> dict[str, Any] | None:
     return reader.recorded_stages(step)[0] if reader.has_step(step) else None
 
 
-def _resume_steps(reader: RecordingReader, attempts) -> list[int]:
-    """Steps a run started at after step 0: those with the weights digested at
-    their start, and each superseded attempt's first step."""
-    found = set()
+def _run_starts(reader: RecordingReader, attempts) -> dict[int, dict | None]:
+    """Steps a run started at after step 0, each with the digests of the weights
+    it started from: the steps that have them, and each superseded attempt's
+    first step (None where it has none)."""
+    found: dict[int, dict | None] = {}
     for step in reader.available_steps():
-        stages = _stages(reader, step) if step > 0 else None
-        if stages and MODEL_STAGE in stages.get("global", {}):
-            found.add(step)
+        start = (_stages(reader, step) or {}).get("global", {}).get(MODEL_STAGE)
+        if step > 0 and start is not None:
+            found[step] = start
     for _, attempt in attempts:
-        steps = attempt.available_steps() or sorted(
-            s for s in attempt.incomplete_steps()
-        )
+        steps = attempt.available_steps() or attempt.incomplete_steps()
         if steps:
-            found.add(min(steps))
-    return sorted(found)
+            found.setdefault(min(steps), None)
+    return dict(sorted(found.items()))
 
 
-def _weights(reader: RecordingReader, step: int) -> tuple[str, str]:
-    start = (_stages(reader, step) or {}).get("global", {}).get(MODEL_STAGE)
+def _weights(reader: RecordingReader, step: int, start) -> tuple[str, str]:
     if start is None:
         return Verdict.NOT_COMPARED, (
             f"step {step} keeps no digest of the weights it started from (recorded "
@@ -144,11 +142,15 @@ def _weights(reader: RecordingReader, step: int) -> tuple[str, str]:
 def check_resumes(reader: RecordingReader) -> ResumeCheck:
     attempts = superseded_attempts(reader)
     resumes, lost, repeated = [], [], []
-    kept = {s: step_prompts(reader, s) for s in reader.available_steps()}
+    # Every kept step's prompts, read only where an attempt has steps to set them
+    # against (a recording without one reads no batch).
+    kept: dict[int, list[str]] = {}
+    if any(attempt.available_steps() for _, attempt in attempts):
+        kept = {s: step_prompts(reader, s) for s in reader.available_steps()}
     everywhere = {p for prompts in kept.values() for p in prompts}
     spe = max(1, int(reader.steps_per_epoch or 1))
-    for step in _resume_steps(reader, attempts):
-        weights, detail = _weights(reader, step)
+    for step, start in _run_starts(reader, attempts).items():
+        weights, detail = _weights(reader, step, start)
         resume = Resume(step, weights, detail)
         for name, attempt in attempts:
             redone = [s for s in attempt.available_steps() if s >= step]

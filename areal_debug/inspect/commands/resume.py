@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """``areal-debug resume``: was each resume inside a recording lossless?
 Exit status 0 only where every resume started from the interrupted run's
-weights, redid its steps on the same prompts, and no prompt was lost or
-consumed twice in an epoch; 3 where one was not."""
+weights and redid its steps on the same prompts, so that it lost or repeated
+none; 3 where one did not."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ ABOUT = (
     "Each resume inside a dump recording (AReaL's recover.mode): the step it "
     "resumed at; whether the weights it started from are those the interrupted run "
     "had after the step before (their digests); whether each redone step consumed "
-    "the same prompts as the attempt it superseded (superseded/<time>/); and, over "
-    "the whole recording, prompts consumed by two steps of one epoch or lost with a "
-    "superseded attempt. Exit status 0 only where the resumes lost and repeated "
+    "the same prompts as the attempt it superseded (superseded/<time>/); and, where "
+    "a redone step took other prompts, those an earlier step of the epoch had "
+    "already consumed (repeated) and the superseded attempt's that no kept step "
+    "consumed (lost). Exit status 0 only where the resumes lost and repeated "
     "nothing, 3 where they did."
 )
 EXAMPLES = """examples:
