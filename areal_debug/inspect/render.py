@@ -437,7 +437,7 @@ def mismatch(recording: str, rows: list[StepMismatch]) -> Group:
     parts: list[Any] = [table, Text(LEGEND, style="dim")]
     from areal_debug.stages.train_infer import summary
 
-    areal_line = summary(rows)
+    areal_line = summary({r.step: r.areal for r in rows if r.areal})
     if areal_line:
         parts.append(Text(areal_line))
     if not any(r.recorded or r.replayed for r in rows):

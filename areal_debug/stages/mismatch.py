@@ -31,10 +31,10 @@ from areal_debug.stages import train_infer
 
 SCOPE = "areal_debug/mismatch"
 TOKENS = train_infer.TOKENS
-# The statistics, in the order tables show them.
 # The ratio's tails: exp(d) outside [1/c, c], i.e. |d| > log c, at AReaL main's
 # ppo_actor/train_infer/ratio_outside_<c> thresholds.
 TAILS = train_infer.TAILS
+# The statistics, in the order tables show them.
 NAMES = (
     "abs_diff",
     "k1",
@@ -174,6 +174,16 @@ def of_stats(stats: dict[str, Any]) -> tuple[float | None, dict[str, float]]:
     return (float(tokens) if tokens is not None else None), values
 
 
+def areal_pairs(stats: dict[str, Any]) -> list[train_infer.Pair] | None:
+    """AReaL's own training-inference statistics of one step's committed
+    statistics set beside ours (stages/train_infer.py); None where it has none."""
+    theirs = train_infer.of_stats(stats)
+    if not theirs:
+        return None
+    tokens, ours = of_stats(stats)
+    return train_infer.beside_ours(tokens, ours, theirs)
+
+
 class ReplayReport(Protocol):
     """What this module reads of a replay report (compare/report.py's
     ReplayReport, a layer above: read through it, never as raw JSON)."""
@@ -226,10 +236,7 @@ def table(
             continue
         stats = reader.recorded_stats(step) or {}
         tokens, recorded = of_stats(stats)
-        row = StepMismatch(step, tokens, recorded)
-        theirs = train_infer.of_stats(stats)
-        if theirs:
-            row.areal = train_infer.beside_ours(tokens, recorded, theirs)
+        row = StepMismatch(step, tokens, recorded, areal=areal_pairs(stats))
         if step in replayed:
             row.replayed_tokens, row.replayed = replayed[step]
             row.replayed_is = replayed_meaning(replay, step)

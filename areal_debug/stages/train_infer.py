@@ -93,13 +93,13 @@ def beside_ours(
     return pairs
 
 
-def summary(rows: list[Any]) -> str | None:
-    """One line on AReaL's statistics beside ours over a table's rows (each
-    with ``step`` and ``areal``: its pairs), None where no step has AReaL's."""
-    with_areal = [r for r in rows if r.areal]
+def summary(by_step: dict[int, list[Pair]]) -> str | None:
+    """One line on AReaL's statistics beside ours over steps ({step: its pairs}),
+    None where no step has AReaL's."""
+    with_areal = {step: pairs for step, pairs in by_step.items() if pairs}
     if not with_areal:
         return None
-    apart = [(r.step, p) for r in with_areal for p in r.areal if not p.agrees]
+    apart = [(s, p) for s, pairs in with_areal.items() for p in pairs if not p.agrees]
     if not apart:
         steps = len(with_areal)
         return (

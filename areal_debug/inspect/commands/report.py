@@ -27,7 +27,8 @@ Everything (data, script, style) is inside the one file: it opens from disk or a
 attachment, with no network. Per-step charts with anomaly pins and incomplete
 steps (and recorded vs replayed with the first divergence); click a step for its
 trajectories (sortable, filterable, group mean/std), a trajectory for its tokens
-coloured by log-probability. Large recordings: --steps, and at most
+coloured by Δ = trainer − engine log-prob where the trainer's were kept (else by
+log-probability). Large recordings: --steps, and at most
 --max-per-step trajectories per step (the page says how many are left out)."""
 
 # page.report's DEFAULT_MAX_PER_STEP and DEFAULT_MAX_TOKENS (a test keeps them

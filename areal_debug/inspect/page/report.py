@@ -87,11 +87,14 @@ def build_report(
     reader = RecordingReader(recording)
     chosen = _chosen_steps(reader, steps)
     notes: list[str] = []
-    data = _run_data(reader, chosen, every=steps is None)
+    # Every shown step's statistics, read once: the charts and the AReaL note.
+    on_page = set(chosen)
+    series = {s: v for s, v in recording_series(reader.path).items() if s in on_page}
+    data = _run_data(reader, chosen, series, every=steps is None)
     report = _replay_data(replay, reader, chosen, notes) if replay else None
     data["replay"] = report
     decoder, tok_path = _decoder(reader, tokenizer, notes)
-    _areal_mismatch_note(reader, chosen, notes)
+    _areal_mismatch_note(series, notes)
     limits = StepLimits(max_per_step, max_tokens)
     details = _step_details(reader, chosen, limits, decoder, report)
     data.update(
@@ -141,13 +144,16 @@ def _chosen_steps(reader: RecordingReader, steps: str | None) -> list[int]:
 
 # -- the run: statistics, pins, manifest -------------------------------------------
 def _run_data(
-    reader: RecordingReader, chosen: list[int], every: bool
+    reader: RecordingReader,
+    chosen: list[int],
+    series: dict[int, dict[str, float]],
+    every: bool,
 ) -> dict[str, Any]:
-    """Statistics, pins and gaps of the steps shown (``every``: the whole run, also
-    incomplete steps after the last complete one)."""
+    """Statistics (``series``: those of the steps shown), pins and gaps of the
+    steps shown (``every``: the whole run, also incomplete steps after the last
+    complete one)."""
     wanted = set(chosen)
     lo, hi = (-math.inf, math.inf) if every else (min(chosen), max(chosen))
-    series = {s: v for s, v in recording_series(reader.path).items() if s in wanted}
     have = set().union(*series.values()) if series else set()
     metrics = [
         {"name": name, "title": title, "unit": unit}
@@ -200,12 +206,14 @@ def _finite_or_text(values: dict[str, float]) -> dict[str, Any]:
 
 
 # -- the replay: recorded vs replayed, first divergence, stage report ----------------
-def _areal_mismatch_note(reader, chosen: list[int], notes: list[str]) -> None:
+def _areal_mismatch_note(series: dict[int, dict[str, float]], notes: list[str]):
     """Where the steps carry AReaL's own ppo_actor/train_infer statistics: whether
     they agree with ours (the line `areal-debug mismatch` prints)."""
     from areal_debug.stages import mismatch, train_infer
 
-    line = train_infer.summary(mismatch.table(reader, set(chosen)))
+    line = train_infer.summary(
+        {step: mismatch.areal_pairs(stats) for step, stats in series.items()}
+    )
     if line:
         notes.append(line)
 
