@@ -92,6 +92,7 @@ bench: setup
 	run kept_checkpoint_disk $(PY) benchmarks/kept_checkpoint_disk.py; \
 	run fetch_overhead $$one benchmarks/fetch_overhead.py; \
 	run html_report $$one benchmarks/html_report.py; \
+	run recording_diff $$one benchmarks/recording_diff.py; \
 	run replay_wait $$one benchmarks/replay_wait.py --workdir $$d; \
 	run compression $$one benchmarks/compression.py --workdir $$d --reuse; \
 	run stage_digest_cost $$one benchmarks/stage_digest_cost.py --workdir $$d --reuse; \

@@ -18,6 +18,7 @@ from test_store import manifest, record, traj
 
 from areal_debug.cli import main
 from areal_debug.recording.atomic import atomic_write_json
+from areal_debug.recording.contents import BatchContents
 from areal_debug.recording.format import (
     FORMAT_VERSION,
     STEP_META,
@@ -34,8 +35,9 @@ CONFIG = os.path.join(os.path.dirname(__file__), "configs", "tiny_fake.yaml")
 
 
 def rewrite_payload(rec: str, step: int, shard: int, change) -> None:
-    """Change a recorded batch with ``change(batch)`` and fix every checksum, as
-    someone editing a recording on purpose would."""
+    """Change a recorded batch with ``change(batch)`` and fix every checksum and
+    the samples' digests in the metadata, as someone editing a recording on
+    purpose would (or a dump run that recorded another batch)."""
     batch = RecordingReader(rec).load_shard(step, shard)
     change(batch)
     step_dir = os.path.join(rec, step_dirname(step))
@@ -47,6 +49,7 @@ def rewrite_payload(rec: str, step: int, shard: int, change) -> None:
         os.path.join(step_dir, entry["file"]), pack(batch), entry.get("codec", "none")
     )
     fixed = {k: stored[k] for k in ("bytes", "raw_bytes", "sha256")}
+    fixed["contents"] = BatchContents.of_batch(batch).to_json()
     entry.update(fixed)
     atomic_write_json(meta_path, meta)
     shard_path = os.path.join(step_dir, shard_meta_name(shard))
@@ -101,7 +104,9 @@ def test_diff_of_two_recordings_names_the_first_differing_element(tmp_path, caps
     # The table names the same place.
     assert main(["diff", a, b]) == 3
     out = capsys.readouterr().out
-    assert "first difference: step 1, shard 0, trajectory 1, key 'rewards'" in out
+    assert (
+        "first payload difference: step 1, shard 0, trajectory 1, key 'rewards'" in out
+    )
 
 
 # The per-step statistics a one-recording plot draws by default, in panel order.

@@ -39,6 +39,36 @@ def test_a_shard_writes_what_the_writer_always_wrote():
     assert ShardMeta.from_json(meta.to_json(), "x.json") == meta
 
 
+def test_a_shard_keeps_its_samples_digests_both_ways():
+    import torch
+
+    from areal_debug.recording.contents import BatchContents
+
+    batch = [
+        {
+            "input_ids": torch.tensor([[5, 6, 7], [5, 6, 8]]),
+            "loss_mask": torch.tensor([[0, 1, 1], [0, 1, 1]]),
+            "versions": torch.tensor([[-1, 2, 3], [-1, 4, 4]]),
+            "rewards": torch.tensor([1.0, float("inf")]),
+        }
+    ]
+    contents = BatchContents.of_batch(batch)
+    # One prompt (token 5), two completions, a reward and a version range each.
+    assert contents.rows == (2,) and len(set(contents.prompt)) == 1
+    assert len(set(contents.completion)) == 2
+    assert contents.reward == (1.0, "inf")
+    assert (contents.first_version, contents.last_version) == ((2, 4), (3, 4))
+    meta = ShardMeta.written(
+        0, stored(), {**described(1, 6, [2, 4]), "contents": contents.to_json()}
+    )
+    assert meta.contents == contents
+    assert ShardMeta.from_json(meta.to_json(), "x.json") == meta
+    raw = meta.to_json()
+    raw["contents"]["reward"].pop()
+    with pytest.raises(RecordingError, match=r"contents.reward must list 2 values"):
+        ShardMeta.from_json(raw, "shard-00000.json")
+
+
 def test_a_step_sums_its_shards_and_spans_their_versions():
     shards = [
         ShardMeta.written(0, stored(), described(3, 30, [2, 4])),

@@ -88,24 +88,42 @@ def compare_model(
     that run started at ``step`` too, else the weights after the update of step
     ``step - 1`` (what a kept checkpoint restored). ``against`` says which;
     status ``not_compared`` (with ``reason``) when the recording has neither."""
+    recorded, against = start_weights(step, recorded_step, recorded_before)
+    if recorded is None:
+        return {
+            "status": Verdict.NOT_COMPARED,
+            "reason": f"the recording keeps no digest of the weights step {step} "
+            "starts from (made by an earlier areal-debug, or with "
+            "debug.stage_digests=false)",
+        }
+    result = compare_weights(recorded, replayed)
+    result["against"] = against
+    return result
+
+
+def start_weights(
+    step: int,
+    recorded_step: dict[str, Any] | None,
+    recorded_before: dict[str, Any] | None,
+) -> tuple[dict[str, list] | None, str]:
+    """The digests of the weights a recorded ``step`` started from, and which
+    they are: its run's own "model" digests where the run started there, else
+    the weights after the update of ``step - 1``; (None, "") where neither is
+    kept."""
     own = (recorded_step or {}).get("global", {}).get(MODEL_STAGE)
     if own is not None:
-        result = _compare_entries(MODEL_STAGE, own, replayed)
-        result["against"] = f"the weights the dump run started step {step} from"
-        return result
+        return own, f"the weights the dump run started step {step} from"
     weights = (recorded_before or {}).get("global", {}).get("weights")
     if step > 0 and weights is not None:
         if recorded_before.get(WEIGHTS_PER_MINI_BATCH):
             weights = _after_update(weights)
-        result = _compare_entries(MODEL_STAGE, weights, replayed)
-        result["against"] = f"the dump run's weights after step {step - 1}"
-        return result
-    return {
-        "status": Verdict.NOT_COMPARED,
-        "reason": f"the recording keeps no digest of the weights step {step} "
-        "starts from (made by an earlier areal-debug, or with "
-        "debug.stage_digests=false)",
-    }
+        return weights, f"the dump run's weights after step {step - 1}"
+    return None, ""
+
+
+def compare_weights(a: dict[str, list], b: dict[str, list]) -> dict[str, Any]:
+    """Two sets of whole-model digests, parameter by parameter."""
+    return _compare_entries(MODEL_STAGE, a, b)
 
 
 # The reason given when the weights are compared after the update only.

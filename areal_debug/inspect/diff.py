@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from areal_debug.compare.batches import BatchesDiff, compare_batches
 from areal_debug.compare.report import ReplayReport
 from areal_debug.compare.statistics import compare_values, training_stats
 from areal_debug.inspect.common import (
@@ -46,11 +47,26 @@ class RecordingDiff:
     b: str
     steps_only_in_a: list[int]
     steps_only_in_b: list[int]
+    # Steps whose payloads were compared (up to the first differing one) and
+    # those identical among them.
     steps_compared: list[int]
     identical_steps: list[int]
     first: PayloadDifference | None
+    # Every common step's batches by what each sample holds (prompts in order,
+    # completions, rewards, versions) and the weights it started from; the
+    # first step where the two part, and over the run, the prompts one run
+    # consumed and the other did not or consumed more often.
+    batches: BatchesDiff | None = None
     # The recorded statistics of the first differing step, side by side.
     stats_of_first: list[MetricRow] = field(default_factory=list)
+
+    @property
+    def same(self) -> bool:
+        return (
+            self.first is None
+            and not (self.steps_only_in_a or self.steps_only_in_b)
+            and (self.batches is None or self.batches.first_step is None)
+        )
 
 
 @dataclass
@@ -81,10 +97,13 @@ class RunDiff:
 
 # -- recordings ------------------------------------------------------------------
 def diff_recordings(a: str, b: str) -> RecordingDiff:
-    """Step by step, shard by shard: the first element where the batches differ."""
+    """Every common step's batches by what their samples hold (from the steps'
+    metadata), then, step by step and shard by shard, the first element where
+    the payloads differ."""
     ra, rb = RecordingReader(a), RecordingReader(b)
     sa, sb = set(ra.available_steps()), set(rb.available_steps())
     common = sorted(sa & sb)
+    batches = compare_batches(ra, rb, common)
     identical, first = [], None
     for step in track(common, "Comparing steps", len(common)):
         first = _first_step_difference(ra, rb, step)
@@ -92,11 +111,21 @@ def diff_recordings(a: str, b: str) -> RecordingDiff:
             break
         identical.append(step)
     stats = []
-    if first is not None:
+    # The statistics of the first step where the runs part, by payload or by
+    # the weights it started from (payloads may match where the weights do not).
+    parted = min(
+        (
+            s
+            for s in (first.step if first else None, batches.first_step)
+            if s is not None
+        ),
+        default=None,
+    )
+    if parted is not None:
         stats = _metric_rows(
-            first.step,
-            training_stats(ra.recorded_stats(first.step) or {}),
-            training_stats(rb.recorded_stats(first.step) or {}),
+            parted,
+            training_stats(ra.recorded_stats(parted) or {}),
+            training_stats(rb.recorded_stats(parted) or {}),
         )
         stats = [r for r in stats if r.status != Verdict.IDENTICAL]
     return RecordingDiff(
@@ -107,6 +136,7 @@ def diff_recordings(a: str, b: str) -> RecordingDiff:
         steps_compared=identical + ([first.step] if first else []),
         identical_steps=identical,
         first=first,
+        batches=batches,
         stats_of_first=stats,
     )
 

@@ -17,18 +17,17 @@ recording them again. So one recording answers, for each resume at step K:
   kept step consumed (lost).
 
 Prompts are compared by a digest of their token ids (the rows' tokens outside
-the loss mask), one per trajectory dict and step. Only what the resume changed
-counts: a dataset may hold a prompt twice, and a redone step that consumed what
-its superseded attempt did repeats nothing, whatever the dataset holds.
+the loss mask, ``recording/contents.py``), one per trajectory dict and step:
+read from the steps' metadata where the dump run kept them there. Only what the
+resume changed counts: a dataset may hold a prompt twice, and a redone step that
+consumed what its superseded attempt did repeats nothing, whatever the dataset
+holds.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Any
-
-import torch
 
 from areal_debug.compare.stages import compare_model
 from areal_debug.recording.reader import RecordingReader, superseded_attempts
@@ -78,32 +77,18 @@ class ResumeCheck:
         return {**asdict(self), "lossless": self.lossless}
 
 
-def prompt_digest(ids: torch.Tensor) -> str:
-    return hashlib.sha256(ids.to(torch.int64).numpy().tobytes()).hexdigest()[:16]
-
-
 def step_prompts(reader: RecordingReader, step: int) -> list[str]:
     """The step's prompts in batch order, one digest per trajectory dict (its
-    first row's tokens outside the loss mask and inside the attention mask)."""
-    out = []
-    for traj in reader.load_batch(step):
-        ids = traj.get("input_ids") if isinstance(traj, dict) else None
-        if not isinstance(ids, torch.Tensor):
-            continue
-        ids = ids if ids.dim() > 1 else ids.unsqueeze(0)
-        row = ids[0]
-        keep = torch.ones_like(row, dtype=torch.bool)
-        for key, inside in (("attention_mask", True), ("loss_mask", False)):
-            mask = traj.get(key)
-            if isinstance(mask, torch.Tensor) and mask.numel() == ids.numel():
-                m = mask.reshape(ids.shape)[0].bool()
-                keep &= m if inside else ~m
-        out.append(prompt_digest(row[keep]))
-    return out
+    first sample's: the step metadata's ``contents``, or its payload's)."""
+    return reader.step_contents(step).group_prompts()
 
 
 def _stages(reader: RecordingReader, step: int) -> dict[str, Any] | None:
-    return reader.recorded_stages(step)[0] if reader.has_step(step) else None
+    return (
+        reader.recorded_stages(step, tensors=False)[0]
+        if reader.has_step(step)
+        else None
+    )
 
 
 def _run_starts(reader: RecordingReader, attempts) -> dict[int, dict | None]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from areal_debug.recording.atomic import open_regular, read_json
 from areal_debug.recording.codecs import decode_payload, sha256_bytes
+from areal_debug.recording.contents import BatchContents
 from areal_debug.recording.format import (
     MANIFEST,
     RNG,
@@ -246,10 +247,11 @@ class RecordingReader:
         return check_rng(load_payload_bytes(data, path), path)
 
     def recorded_stages(
-        self, step: int
+        self, step: int, tensors: bool = True
     ) -> tuple[dict[str, Any] | None, dict[str, torch.Tensor] | None]:
         """The step's stage digests (``ranks`` and ``global``) and, when the dump
-        run kept them, the per-token stage tensors; ``(None, None)`` if absent."""
+        run kept them and ``tensors`` asks for them, the per-token stage tensors;
+        ``(None, None)`` if absent."""
         import torch
 
         path = self._file(step, STAGES_FILE)
@@ -268,7 +270,7 @@ class RecordingReader:
                 "only the statistics, or re-record the step."
             )
         expected = stages.get("tensors_sha256")
-        if expected is None:
+        if expected is None or not tensors:
             return stages, None
         # Named since the trainer's log-probs are kept by default (and compressed);
         # before, always an uncompressed stage_tensors.pt.
@@ -376,6 +378,15 @@ class RecordingReader:
             for shard in range(self.step_meta(step).num_shards)
             for traj in self.load_shard(step, shard)
         ]
+
+    def step_contents(self, step: int) -> BatchContents:
+        """Each sample of the step's batch digested (prompt, completion, reward,
+        versions), in batch order: read from the step's metadata, or computed
+        from its payloads where it was recorded before the metadata kept them."""
+        parts = [shard.contents for shard in self.step_meta(step).shards]
+        if all(part is not None for part in parts):
+            return BatchContents.joined(parts)
+        return BatchContents.of_batch(self.load_batch(step))
 
     def load_for_head(
         self, step: int, dp_rank: int, dp_size: int

@@ -10,8 +10,9 @@ a file outside the recording.
 Step metadata (``step.json``, ``shard-NNNNN.json``, ``teacher_logp.json``) is
 typed here as well (``StepMeta``, ``ShardMeta``, ``PayloadEntry``): its checks
 and its JSON, both ways, in one place, for the writer and every reader. (Here,
-not in a module of its own: ``recording/`` holds its 12 modules, and what a
-valid step.json holds is this module's subject.)
+not in a module of its own: what a valid step.json holds is this module's
+subject.) What each sample holds, digested (``contents``), is computed in
+``contents.py`` and checked here.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from areal_debug.recording.contents import COLUMNS, BatchContents
 from areal_debug.recording.format import FORMAT_VERSION, Codec, RecordingError
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -210,6 +212,9 @@ class ShardMeta:
     num_tokens: int  # sum of attention_mask
     keys: dict[str, str]  # key name -> dtype or type name
     policy_version: tuple[int, int] | None  # over generated tokens; None: no versions
+    # Each sample's prompt, completion, reward and versions, digested; None in
+    # recordings made before the metadata kept them (computed from the payload).
+    contents: BatchContents | None = None
 
     @property
     def num_trajectories(self) -> int:
@@ -229,6 +234,9 @@ class ShardMeta:
             num_tokens=described["num_tokens"],
             keys=dict(described["keys"]),
             policy_version=None if versions is None else (versions[0], versions[1]),
+            contents=BatchContents.of_json(described["contents"])
+            if described.get("contents") is not None
+            else None,
         )
 
     @classmethod
@@ -252,10 +260,13 @@ class ShardMeta:
             num_tokens=_whole(obj, "num_tokens", None, path, where, what),
             keys=keys,
             policy_version=_versions(obj.get("policy_version"), path, where, what),
+            contents=check_contents(obj["contents"], path, _at(where, "contents"), what)
+            if obj.get("contents") is not None
+            else None,
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "shard": self.shard,
             **self.entry.to_json(),
             "num_sequences": self.num_sequences,
@@ -263,6 +274,35 @@ class ShardMeta:
             "keys": dict(self.keys),
             "policy_version": _versions_json(self.policy_version),
         }
+        if self.contents is not None:
+            out["contents"] = self.contents.to_json()
+        return out
+
+
+def check_contents(obj: Any, path: str, where: str, what: str) -> BatchContents:
+    """A shard's ``contents``, checked for shape (one value per sample in each
+    column), not digest by digest: a comparison reads hundreds of thousands."""
+    obj = _object(obj, path, where, what)
+    rows = obj.get("rows")
+    if not (isinstance(rows, list) and all(is_int(n) and n >= 0 for n in rows)):
+        raise invalid(path, what, f"{where}.rows must list whole numbers >= 0")
+    for name in COLUMNS:
+        _list_of(
+            obj.get(name),
+            sum(rows),
+            "values (one per sample, the sum of rows)",
+            f"{where}.{name}",
+            path,
+            what,
+        )
+    return BatchContents.of_json(obj)
+
+
+def _list_of(value: Any, n: int, items: str, name: str, path: str, what: str) -> list:
+    """``value``, refused unless it is a list of ``n``."""
+    if not isinstance(value, list) or len(value) != n:
+        raise invalid(path, what, f"{name} must list {n} {items}, it is {_kind(value)}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -344,14 +384,14 @@ class StepMeta:
                 raise invalid(
                     path, what, f"{key} is {value!r}, not a whole number >= 0"
                 )
-        shards = meta.get("shards")
-        if not isinstance(shards, list) or len(shards) != num_shards:
-            raise invalid(
-                path,
-                what,
-                f"'shards' must list {num_shards} payload(s) (the manifest's "
-                f"num_shards), it is {_kind(shards)}",
-            )
+        shards = _list_of(
+            meta.get("shards"),
+            num_shards,
+            "payload(s) (the manifest's num_shards)",
+            "'shards'",
+            path,
+            what,
+        )
         if meta.get("num_shards", num_shards) != num_shards:
             raise invalid(
                 path,

@@ -47,9 +47,6 @@ def run(args: argparse.Namespace) -> int:
         result = diff.diff(args.a, args.b)
     if isinstance(result, diff.RecordingDiff):
         emit(args, result, render.recording_diff(result))
-        same = result.first is None and not (
-            result.steps_only_in_a or result.steps_only_in_b
-        )
-        return 0 if same else DIFFERENT
+        return 0 if result.same else DIFFERENT
     emit(args, result, render.run_diff(result, args.all, args.metric))
     return 0 if result.first_divergence is None else DIFFERENT

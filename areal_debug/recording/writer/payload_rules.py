@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from areal_debug.recording.contents import BatchContents
 from areal_debug.recording.packed_payload import unpack
 
 # Plain values that torch.load(weights_only=True) reconstructs without running
@@ -41,7 +42,8 @@ def check_storable(value: Any, where: str) -> None:
 
 
 def describe_batch(batch: list[dict[str, Any]]) -> dict[str, Any]:
-    """Counts, keys and dtypes of one shard, for its metadata file.
+    """Counts, keys and dtypes of one shard, and each sample's contents
+    digested (``contents.py``), for its metadata file.
 
     One flattening call per quantity, not a small op per trajectory: this runs
     beside training, for hundreds of trajectories a step, and every torch call
@@ -77,6 +79,7 @@ def describe_batch(batch: list[dict[str, Any]]) -> dict[str, Any]:
         "num_tokens": int(_flat(masks).count_nonzero()) if masks else 0,
         "keys": dict(sorted(keys.items())),
         "policy_version": None,
+        "contents": BatchContents.of_batch(batch).to_json(),
     }
     generated = []
     if versions:
