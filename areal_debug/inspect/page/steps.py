@@ -80,13 +80,13 @@ def step_detail(
                 "dict: not an AReaL rollout batch."
             )
         summary = _group_summary(traj, step)
-        groups.append({"group": g, **_moments(summary["rewards"])})
+        groups.append(_group_entry(g, summary, step))
         for r in range(summary["n"]):
             keep = limits.max_per_step <= 0 or len(rows) < limits.max_per_step
             if keep:
                 row = _row(traj, summary, g, r, step, limits, decoder, prompts)
                 row["i"] = total
-                positions = summary["generated"][r].nonzero().reshape(-1)
+                positions = summary["body"][r].nonzero().reshape(-1)
                 _add_stage_values(row, kept.get((g, r)), positions)
                 _add_worst_delta(row, traj, r, kept.get((g, r)))
                 if marked is not None and marked[0] == (g, r):
@@ -117,7 +117,12 @@ def _group_summary(traj: dict[str, Any], step: int) -> dict[str, Any]:
     n = ids.shape[0]
     valid = _mask(traj.get("attention_mask"), ids, True)
     generated = _mask(traj.get("loss_mask"), ids, False) & valid
-    prompt = valid & ~generated
+    # The prompt is what comes before the first loss token; after it, tokens
+    # outside the loss (a tool's output, an observation in a multi-turn
+    # episode) stay in place in the completion, dimmed, not moved to the prompt.
+    after = generated.to(torch.int8).cummax(-1).values.bool()
+    prompt = valid & ~after
+    body = valid & after
     rewards = traj.get("rewards")
     reward_list = (
         [float(x) for x in rewards.reshape(-1).tolist()][:n]
@@ -137,12 +142,37 @@ def _group_summary(traj: dict[str, Any], step: int) -> dict[str, Any]:
         "ids": ids,
         "prompt": prompt,
         "generated": generated,
+        "body": body,
         "prompt_len": prompt.sum(-1).tolist(),
         "completion_len": generated.sum(-1).tolist(),
         "rewards": reward_list,
         "vmin": vmin,
         "vmax": vmax,
     }
+
+
+def _group_entry(g: int, s: dict[str, Any], step: int) -> dict[str, Any]:
+    """A group as the group view shows it: every sample's reward, completion
+    length and staleness (kept on the page or not), and whether the rewards
+    spread at all (GRPO learns nothing from a group whose rewards are equal)."""
+    entry = {"group": g, **_moments(s["rewards"])}
+    if not s["n"]:
+        return entry
+    stale = None
+    if s["vmin"] is not None:
+        stale = [
+            None if hi < 0 else [step - hi, step - lo]
+            for lo, hi in zip(s["vmin"], s["vmax"])
+        ]
+    rewards = [x if math.isfinite(x) else str(x) for x in s["rewards"]]
+    finite = [x for x in s["rewards"] if math.isfinite(x)]
+    entry.update(
+        rewards=rewards,
+        completion_len=s["completion_len"],
+        staleness=stale,
+        no_spread=len(finite) > 1 and max(finite) == min(finite),
+    )
+    return entry
 
 
 def _mask(t, ids: torch.Tensor, default: bool) -> torch.Tensor:
@@ -163,8 +193,10 @@ def _moments(rewards: list[float]) -> dict[str, Any]:
 def _row(traj, s, g, r, step, limits, decoder, prompts) -> dict[str, Any]:
     """One kept trajectory: texts, lengths, reward, versions, tokens and log-probs."""
     prompt_ids = s["ids"][r][s["prompt"][r]].tolist()
-    gen = s["generated"][r]
-    completion_ids = s["ids"][r][gen].tolist()
+    body = s["body"][r]
+    completion_ids = s["ids"][r][body].tolist()
+    # Shown tokens outside the loss: dimmed in place, in no figure.
+    outside = (~s["generated"][r][body]).nonzero().reshape(-1).tolist()
     text = _clip(decoder.text(prompt_ids))
     if not prompts or prompts[-1] != text:  # a group shares its prompt
         prompts.append(text)
@@ -174,10 +206,14 @@ def _row(traj, s, g, r, step, limits, decoder, prompts) -> dict[str, Any]:
     decoder.remember(shown)
     logprobs = traj.get("logprobs")
     lp = (
-        _milli(logprobs.reshape(s["ids"].shape)[r][gen][: len(shown)].tolist())
+        _milli(logprobs.reshape(s["ids"].shape)[r][body][: len(shown)].tolist())
         if isinstance(logprobs, torch.Tensor) and logprobs.numel() == s["ids"].numel()
         else None
     )
+    masked = [k for k in outside if k < len(shown)]
+    if lp is not None:
+        for k in masked:
+            lp[k] = None
     vmin = s["vmin"][r] if s["vmin"] is not None and s["vmax"][r] >= 0 else None
     vmax = s["vmax"][r] if vmin is not None else None
     reward = s["rewards"][r] if r < len(s["rewards"]) else None
@@ -192,6 +228,7 @@ def _row(traj, s, g, r, step, limits, decoder, prompts) -> dict[str, Any]:
         "versions": None if vmin is None else [vmin, vmax],
         "staleness": None if vmin is None else [step - vmax, step - vmin],
         "tokens": shown,
+        "masked": masked,
         "tokens_left_out": len(completion_ids) - len(shown),
         "logp": lp,
     }
@@ -216,9 +253,13 @@ def _add_stage_values(row, stage_values, positions: torch.Tensor) -> None:
     rolled by -1), so token p reads position p-1 (a token at position 0, which
     nothing predicts, has none)."""
     at = (positions[: len(row["tokens"])] - 1).tolist()
+    masked = set(row.get("masked", ()))
     for stage, values in (stage_values or {}).items():
         width = values.shape[-1]
-        picked = [values[p].item() if 0 <= p < width else math.nan for p in at]
+        picked = [
+            values[p].item() if 0 <= p < width and k not in masked else math.nan
+            for k, p in enumerate(at)
+        ]
         row[f"stage_{stage}"] = _milli(picked)
 
 

@@ -219,6 +219,7 @@ function showStep(s, fromLink) {
   if (!fromLink) link(`step=${s}`);
   for (const b of document.querySelectorAll(".stepbtn[data-step]")) b.classList.toggle("sel", Number(b.dataset.step) === s);
   document.getElementById("traj").hidden = true;
+  document.getElementById("group").hidden = true;
   renderStep();
   document.getElementById("step").scrollIntoView({ behavior: "smooth", block: "start" });
 }
@@ -259,7 +260,7 @@ function renderStep() {
   }, label)));
   const tbody = el("tbody", { id: "traj-rows" });
   add(box, el("table", { id: "traj-table" }, el("thead", {}, thead), tbody), el("p", { class: "muted", id: "row-count" }));
-  add(box, el("h2", {}, "Groups"), groupTable(d));
+  add(box, el("h2", {}, "Groups"), el("p", { class: "hint" }, "Each prompt once with its samples; click a group to set them side by side."), groupTable(d));
   function fill() {
     const num = (v) => (v === "" ? null : Number(v));
     const rmax = num(f.rmax), rmin = num(f.rmin), lmin = num(f.lmin), text = f.text.toLowerCase();
@@ -284,11 +285,70 @@ function cmp(a, b) {
   if (typeof a === "number" && typeof b === "number") return a - b;
   return String(a).localeCompare(String(b));
 }
+// -- groups: a prompt and its samples side by side -------------------------------------
+// GRPO learns from a group's spread: a group whose rewards are all equal has zero
+// advantage everywhere and trains nothing (AReaL's advantages are the reward
+// minus the group's mean, then normalised; the page shows the first part).
+function worstOf(rows) {
+  const ds = rows.map((r) => r.worst_delta).filter(isNum);
+  return ds.length ? ds.reduce((a, b) => (Math.abs(b) > Math.abs(a) ? b : a)) : null;
+}
+function spanOf(values) {
+  const v = (values || []).filter(isNum);
+  return v.length ? range([Math.min(...v), Math.max(...v)]) : "–";
+}
 function groupTable(d) {
+  const head = ["group", "prompt", "samples", "rewards", "reward mean", "reward std", "completion tokens", "worst Δ", "staleness", "spread"];
   return el("table", { id: "group-table" },
-    el("tr", {}, el("th", {}, "group"), el("th", {}, "trajectories"), el("th", {}, "reward mean"), el("th", {}, "reward std")),
-    d.groups.map((g) => el("tr", {}, el("td", { class: "num" }, g.group), el("td", { class: "num" }, g.n),
-      el("td", { class: "num" }, fmt(g.mean)), el("td", { class: "num" }, fmt(g.std)))));
+    el("tr", {}, head.map((h) => el("th", {}, h))),
+    d.groups.map((g) => {
+      const rows = d.rows.filter((r) => r.group === g.group);
+      const stale = (g.staleness || []).filter(Boolean);
+      return el("tr", { class: "row group-row" + (g.no_spread ? " no-spread" : ""), "data-group": g.group, onclick: () => showGroup(g.group) },
+        el("td", { class: "num" }, g.group),
+        el("td", { class: "text", title: rows.length ? d.prompts[rows[0].prompt] : null }, rows.length ? d.prompts[rows[0].prompt] : "–"),
+        el("td", { class: "num" }, g.n),
+        el("td", { class: "num" }, (g.rewards || []).map((x) => fmt(x, 3)).join(" ")),
+        el("td", { class: "num" }, fmt(g.mean)), el("td", { class: "num" }, fmt(g.std)),
+        el("td", { class: "num" }, spanOf(g.completion_len)), el("td", { class: "num" }, fmt(worstOf(rows))),
+        el("td", { class: "num" }, stale.length ? range([Math.min(...stale.map((x) => x[0])), Math.max(...stale.map((x) => x[1]))]) : "–"),
+        el("td", {}, g.no_spread ? "equal rewards: zero advantage" : ""));
+    }));
+}
+function showGroup(g, fromLink) {
+  const d = D.details[current.step];
+  const group = d.groups.find((x) => x.group === g);
+  if (!fromLink) link(`step=${current.step}&group=${g}`);
+  for (const x of document.querySelectorAll("tr.group-row")) x.classList.toggle("sel", Number(x.dataset.group) === g);
+  document.getElementById("traj").hidden = true;
+  const box = document.getElementById("group");
+  box.hidden = false;
+  box.replaceChildren();
+  const rows = d.rows.filter((r) => r.group === g);
+  const rewards = group.rewards || [];
+  const cards = rewards.map((reward, k) => {
+    const r = rows.find((x) => x.row === k);
+    const adv = isNum(reward) && isNum(group.mean) ? reward - group.mean : null;
+    const stale = group.staleness ? group.staleness[k] : null;
+    const lines = [
+      el("div", { class: "card-head" }, `sample ${k}`),
+      el("div", {}, `reward ${fmt(reward)}`),
+      el("div", {}, `advantage ${fmt(adv)}`, el("span", { class: "muted" }, " (reward − group mean)")),
+      el("div", {}, `${group.completion_len[k]} completion tokens`),
+      el("div", {}, `worst Δ ${fmt(r ? r.worst_delta : null)}`),
+      el("div", {}, `staleness ${range(stale)}`),
+      r ? el("div", { class: "card-text" }, r.completion.slice(0, 240)) : el("div", { class: "muted" }, "not on this page (--max-per-step)"),
+    ];
+    return el("div", { class: "card" + (r ? " open" : ""), "data-sample": k,
+      onclick: r ? () => showTrajectory(r, document.querySelector(`#traj-rows tr[data-i="${r.i}"]`)) : null }, lines);
+  });
+  const prompt = rows.length ? d.prompts[rows[0].prompt] : null;
+  add(box, el("h2", {}, `Step ${current.step}, group ${g}: ${group.n} samples of one prompt`),
+    group.no_spread ? el("p", { class: "note", id: "no-spread" }, `Every sample's reward is ${fmt(rewards[0])}: the advantages are all zero and this group trains nothing.`) : null,
+    prompt !== null ? el("div", { class: "tokens group-prompt" }, el("span", { class: "prompt" }, prompt)) : el("p", { class: "muted" }, "The prompt's samples are not on this page (--max-per-step)."),
+    el("div", { class: "cards" }, cards),
+    el("p", { class: "muted" }, "Click a sample for its tokens."));
+  box.scrollIntoView({ behavior: "smooth", block: "start" });
 }
 
 // -- one trajectory's tokens ---------------------------------------------------------------
@@ -367,7 +427,15 @@ function showTrajectory(r, tr, fromLink) {
     low.textContent = lowText;
     high.textContent = highText;
     tokens.replaceChildren(el("span", { class: "prompt", title: "prompt: outside the loss, in no figure" }, d.prompts[r.prompt]));
+    const masked = new Set(r.masked || []);
     r.tokens.forEach((id, k) => {
+      const text = D.vocab[id] !== undefined ? D.vocab[id] : `<${id}>`;
+      if (masked.has(k)) {
+        // Outside the loss after the prompt (a tool's output, an observation):
+        // in place, dimmed, in no figure.
+        tokens.append(el("span", { class: "tok masked", title: `token ${k}: id ${id}\noutside the loss (masked): in no figure` }, text));
+        return;
+      }
       const v = (key) => (r[key] && r[key][k] !== null && r[key][k] !== undefined ? r[key][k] / 1000 : null);
       const tip = [`token ${k}: id ${id}`, ...have.map(([key, label]) => `${label}: ${fmt(v(key))}`)];
       if (isNum(v("delta"))) tip.push(`importance ratio exp(Δ): ${fmt(Math.exp(v("delta")))}`);
@@ -376,7 +444,7 @@ function showTrajectory(r, tr, fromLink) {
       tokens.append(el("span", {
         class: "tok" + (r.divergent_token === k ? " divergent" : ""), title: tip.join("\n"),
         style: `background:${value === null ? "transparent" : paintOf(value)}`,
-      }, D.vocab[id] !== undefined ? D.vocab[id] : `<${id}>`));
+      }, text));
     });
     if (r.tokens_left_out) tokens.append(el("span", { class: "muted" }, ` … ${r.tokens_left_out} more tokens not on this page (--max-tokens)`));
   }
@@ -387,12 +455,59 @@ function showTrajectory(r, tr, fromLink) {
     el("h2", {}, `Step ${current.step}, group ${r.group}, sample ${r.row} (trajectory #${r.i} of the step's batch)`),
     el("p", {}, `reward ${fmt(r.reward)} · ${r.prompt_len} prompt + ${r.completion_len} completion tokens · versions ${range(r.versions)} · staleness ${range(r.staleness)}`),
     el("p", { class: "muted" }, have.length ? ["Completion tokens (the loss's) coloured by ", byLabel, ": ", low,
-      bar, high, "; the prompt, dimmed, is in no figure; hover a token for its values. ", pick] :
+      bar, high, "; the prompt and tokens outside the loss, dimmed, are in no figure; hover a token for its values. ", pick] :
       "No log-probabilities recorded for this trajectory."),
     r.divergent_token !== undefined ? el("p", { class: "divergence" }, `The replay's first divergent stage differs most at completion token ${r.divergent_token} (outlined).`) : null,
     tokens);
   paint();
   box.scrollIntoView({ behavior: "smooth", block: "start" });
+}
+
+// -- search across steps ----------------------------------------------------------------------
+const FOUND_LISTED = 200;
+function matcher(q) {
+  // A question in one of three forms; anything else is text.
+  const byReward = q.match(/^reward\s*(:|=|>=|<=|>|<)\s*(-?[\d.]+(?:e-?\d+)?)$/i);
+  if (byReward) {
+    const [, op, x] = byReward, v = Number(x);
+    const ops = { ":": (a) => a === v, "=": (a) => a === v, ">=": (a) => a >= v, "<=": (a) => a <= v, ">": (a) => a > v, "<": (a) => a < v };
+    return [(r) => isNum(r.reward) && ops[op](r.reward), (r) => `reward ${fmt(r.reward)}`];
+  }
+  const byId = q.match(/^id:(\d+)$/i);
+  if (byId) {
+    const id = Number(byId[1]);
+    return [(r) => r.tokens.includes(id), (r) => `token ${r.tokens.indexOf(id)} of the completion is id ${id}`];
+  }
+  const text = q.toLowerCase();
+  return [(r, d) => (d.prompts[r.prompt] + "\n" + r.completion).toLowerCase().includes(text), (r, d) => {
+    const where = r.completion.toLowerCase().indexOf(text);
+    const from = where >= 0 ? r.completion : d.prompts[r.prompt];
+    const at = Math.max(0, from.toLowerCase().indexOf(text) - 40);
+    return (where >= 0 ? "completion: …" : "prompt: …") + from.slice(at, at + 120) + "…";
+  }];
+}
+function search(q) {
+  const found = document.getElementById("found");
+  q = q.trim();
+  if (!q) { found.replaceChildren(); return; }
+  const [test, why] = matcher(q);
+  const hits = [];
+  for (const s of D.steps) {
+    const d = D.details[s];
+    if (d) for (const r of d.rows) if (test(r, d)) hits.push([s, r, d]);
+  }
+  found.replaceChildren(
+    el("p", { class: "muted", id: "found-count" }, `${hits.length} trajectories on this page match` +
+      (hits.length > FOUND_LISTED ? ` (the first ${FOUND_LISTED} listed)` : "")),
+    hits.length ? el("table", { id: "found-table" },
+      el("tr", {}, ["step", "group", "sample", "reward", "where"].map((h) => el("th", {}, h))),
+      hits.slice(0, FOUND_LISTED).map(([s, r, d]) => el("tr", { class: "row", onclick: () => openFound(s, r) },
+        el("td", { class: "num" }, s), el("td", { class: "num" }, r.group), el("td", { class: "num" }, r.row),
+        el("td", { class: "num" }, fmt(r.reward)), el("td", { class: "text" }, why(r, d))))) : null);
+}
+function openFound(s, r) {
+  showStep(s);
+  showTrajectory(r, document.querySelector(`#traj-rows tr[data-i="${r.i}"]`));
 }
 
 // -- stage report and manifest ----------------------------------------------------------------
@@ -429,7 +544,8 @@ function manifest() {
 }
 
 // -- links: #step=2&group=5&sample=0 opens that step and trajectory (the CLI prints
-// them); each click adds one to the history, so Back and Forward walk the views.
+// them), #step=2&group=5 the group; each click adds one to the history, so Back and
+// Forward walk the views.
 // #step=2&traj=20 (the batch index) still opens what it did.
 function link(hash) {
   if (location.hash === "#" + hash) return;
@@ -453,9 +569,15 @@ function follow(hash) {
   showStep(s, true);
   const rows = D.details[s].rows;
   let r = null;
+  if (want.group !== undefined && want.sample === undefined) {
+    const g = Number(want.group);
+    if (D.details[s].groups.some((x) => x.group === g)) showGroup(g, true);
+    else missing(`The link names group ${want.group} of step ${s}, which has ${D.details[s].groups.length} groups.`);
+    return;
+  }
   if (want.group !== undefined) {
-    r = rows.find((x) => x.group === Number(want.group) && x.row === Number(want.sample || 0));
-    if (!r) missing(`The link names group ${want.group}, sample ${want.sample || 0} of step ${s}, which this page does not hold (${rows.length} trajectories of the step are on it).`);
+    r = rows.find((x) => x.group === Number(want.group) && x.row === Number(want.sample));
+    if (!r) missing(`The link names group ${want.group}, sample ${want.sample} of step ${s}, which this page does not hold (${rows.length} trajectories of the step are on it).`);
   } else if (want.traj !== undefined) {
     r = rows.find((x) => x.i === Number(want.traj));
     if (!r) missing(`The link names trajectory #${want.traj} of step ${s}, which this page does not hold.`);
@@ -466,5 +588,6 @@ function follow(hash) {
 }
 
 header(); verdict(); notes(); legend(); charts(); steps(); stageReport(); manifest();
+document.getElementById("search").addEventListener("input", (e) => search(e.target.value));
 follow(location.hash);
 window.addEventListener("popstate", () => follow(location.hash));
