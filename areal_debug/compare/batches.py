@@ -128,7 +128,7 @@ def compare_step(step: int, a: BatchContents, b: BatchContents) -> StepBatches:
     only_b = Counter(b.prompt) - Counter(a.prompt)
     result.prompts_only_in_a = sum(only_a.values())
     result.prompts_only_in_b = sum(only_b.values())
-    pairs = _pairs(a, b)
+    pairs = pair_samples(a, b)
     first = None
     for i, j in pairs:
         differs = False
@@ -172,7 +172,7 @@ def compare_step(step: int, a: BatchContents, b: BatchContents) -> StepBatches:
     return result
 
 
-def _pairs(a: BatchContents, b: BatchContents) -> list[tuple[int, int | None]]:
+def pair_samples(a: BatchContents, b: BatchContents) -> list[tuple[int, int | None]]:
     """Each of a's samples with b's sample of the same prompt and occurrence
     (None where b has no such one), in a's order."""
     in_b: dict[str, list[int]] = defaultdict(list)

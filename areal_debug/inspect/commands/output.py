@@ -16,14 +16,18 @@ def json_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
-def recording_and_replay(p: argparse.ArgumentParser) -> None:
+def recording_and_replay(
+    p: argparse.ArgumentParser, second_recording: bool = False
+) -> None:
     """The two positionals of the commands that read a recording and, beside it,
-    a replay of it (``report``, ``mismatch``)."""
+    a replay of it (``report``, ``mismatch``); ``report`` also takes a second
+    recording there."""
     p.add_argument("recording", help="recording directory (holds manifest.json)")
     p.add_argument(
         "replay",
         nargs="?",
-        help="replay_report.json of a replay of it, or the replay's log directory",
+        help="replay_report.json of a replay of it, or the replay's log directory"
+        + (" (or a second recording, set beside it)" if second_recording else ""),
     )
 
 

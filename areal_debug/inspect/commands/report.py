@@ -14,12 +14,14 @@ from areal_debug.inspect.commands.output import (
 )
 
 ABOUT = (
-    "write one self-contained HTML page of a recorded run (and a replay of it) "
-    "to click through: charts, steps, trajectories, tokens, stage report"
+    "write one self-contained HTML page of a recorded run (and a replay of it, or "
+    "a second recording) to click through: charts, steps, trajectories, tokens, "
+    "stage report"
 )
 EXAMPLES = """examples:
   areal-debug report REC -o run.html                               the recorded run
   areal-debug report REC LOGS/t0_replay -o replay.html             with a replay of it
+  areal-debug report REC_A REC_B -o two.html                       two recordings side by side
   areal-debug report REC -o big.html --steps 40-60 --max-per-step 64
   areal-debug report REC -o run.html --tokenizer /models/qwen
 
@@ -28,7 +30,9 @@ attachment, with no network. Per-step charts with anomaly pins and incomplete
 steps (and recorded vs replayed with the first divergence); click a step for its
 trajectories (sortable, filterable, group mean/std), a trajectory for its tokens
 coloured by Δ = trainer − engine log-prob where the trainer's were kept (else by
-log-probability). Large recordings: --steps, and at most
+log-probability). Two recordings: b's statistics over a's, where their batches
+part, and each trajectory's pair in b with its tokens aligned and the first that
+differs marked. Large recordings: --steps, and at most
 --max-per-step trajectories per step (the page says how many are left out)."""
 
 # page.report's DEFAULT_MAX_PER_STEP and DEFAULT_MAX_TOKENS (a test keeps them
@@ -37,7 +41,7 @@ MAX_PER_STEP, MAX_TOKENS = 32, 1024
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    recording_and_replay(p)
+    recording_and_replay(p, second_recording=True)
     p.add_argument("-o", "--output", required=True, help="HTML file to write")
     p.add_argument(
         "--steps",

@@ -32,6 +32,7 @@ from areal_debug.inspect.common import (
 from areal_debug.inspect.diff import recording_series
 from areal_debug.inspect.listing import pinned_steps
 from areal_debug.inspect.page.steps import Decoder, StepLimits, step_detail
+from areal_debug.inspect.page.two_runs import other_run
 from areal_debug.inspect.plot_recording import RECORDING_METRICS, anomalies
 from areal_debug.inspect.show import load_tokenizer, tokenizer_path_of
 from areal_debug.recording.reader import RecordingReader, format_ranges
@@ -59,6 +60,9 @@ class ReportResult:
     trajectories: int
     trajectories_left_out: int
     replay: str | None = None
+    # A second recording set beside the first, and the first step they part at.
+    other: str | None = None
+    parted_at: int | None = None
     # (step, metric) of the replay's first divergence.
     first_divergence: tuple[int, str] | None = None
     tokenizer: str | None = None
@@ -76,7 +80,8 @@ def build_report(
     tokenizer: str | None = None,
 ) -> ReportResult:
     """Write the page of the recording at ``recording`` (and of the replay report
-    ``replay``, a file or a replay's log directory) to ``out``."""
+    ``replay``, a file or a replay's log directory, or of a second recording set
+    beside it) to ``out``."""
     require_path(recording, "The recording")
     if not is_recording(recording):
         raise InspectError(
@@ -86,6 +91,8 @@ def build_report(
         )
     reader = RecordingReader(recording)
     chosen = _chosen_steps(reader, steps)
+    other = RecordingReader(replay) if replay and is_recording(replay) else None
+    replay = None if other is not None else replay
     notes: list[str] = []
     # Every shown step's statistics, read once: the charts and the AReaL note.
     on_page = set(chosen)
@@ -97,6 +104,9 @@ def build_report(
     _areal_mismatch_note(series, notes)
     limits = StepLimits(max_per_step, max_tokens)
     details = _step_details(reader, chosen, limits, decoder, report)
+    data["other"] = (
+        other_run(reader, other, chosen, details, limits, decoder) if other else None
+    )
     data.update(
         details=details,
         vocab={str(k): v for k, v in decoder.pieces.items()},
@@ -117,6 +127,8 @@ def build_report(
         trajectories_left_out=left_out,
         replay=(report or {}).get("path"),
         first_divergence=(first["global_step"], first["metric"]) if first else None,
+        other=data["other"]["recording"] if other else None,
+        parted_at=data["other"]["first_step"] if other else None,
         tokenizer=tok_path if decoder.tokenizer is not None else None,
         notes=notes,
     )
@@ -375,5 +387,12 @@ def summary(r: ReportResult) -> str:
             else "identical at every replayed step"
         )
         lines.append(f"  replay        {r.replay}: {verdict}")
+    if r.other:
+        parted = (
+            f"the runs part at step {r.parted_at}"
+            if r.parted_at is not None
+            else "the same batches at every common step"
+        )
+        lines.append(f"  beside        {r.other}: {parted}")
     lines += [f"  note          {n}" for n in r.notes]
     return "\n".join(lines)

@@ -64,9 +64,11 @@ def step_detail(
     limits: StepLimits,
     decoder: Decoder,
     divergence: dict[str, Any] | None = None,
+    only: set[tuple[int, int]] | None = None,
 ) -> dict[str, Any]:
     """Step ``step`` as the page shows it when the step is clicked; ``divergence``
-    is the replay report's first divergent stage when it is this step's."""
+    is the replay report's first divergent stage when it is this step's; with
+    ``only``, the rows kept are those (group, sample), whatever the limit."""
     meta = reader.step_meta(step)
     batch = reader.load_batch(step)
     paired = stage_rows(reader, step, batch, TOKEN_VIEW_STAGES)
@@ -82,7 +84,11 @@ def step_detail(
         summary = _group_summary(traj, step)
         groups.append(_group_entry(g, summary, step))
         for r in range(summary["n"]):
-            keep = limits.max_per_step <= 0 or len(rows) < limits.max_per_step
+            keep = (
+                (g, r) in only
+                if only is not None
+                else limits.max_per_step <= 0 or len(rows) < limits.max_per_step
+            )
             if keep:
                 row = _row(traj, summary, g, r, step, limits, decoder, prompts)
                 row["i"] = total

@@ -6,6 +6,9 @@ const D = JSON.parse(document.getElementById("report-data").textContent);
 const SVG = "http://www.w3.org/2000/svg";
 const R = D.replay;
 const FIRST = R && R.first_divergence ? R.first_divergence : null;
+// A second recording set beside the first (report A B): its statistics, the two
+// runs' batches compared step by step, and each of a's rows' pair in b.
+const O = D.other;
 
 function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
@@ -48,12 +51,14 @@ function header() {
     el("h1", {}, "areal-debug report: " + D.label),
     el("div", { class: "sub" }, "recording " + D.recording),
     R ? el("div", { class: "sub" }, R.label + ": " + R.path) : null,
+    O ? el("div", { class: "sub" }, O.label + ": " + O.recording) : null,
     el("div", { class: "sub" },
       `${D.steps.length} step(s) shown · created ${m.created || "?"} · page written ${D.generated} by ${D.tool}`)
   );
 }
 function verdict() {
   const box = document.getElementById("verdict");
+  if (O) twoRuns(box);
   if (!R) return;
   // The story leads: where the replay left the recording and why; the metric with
   // the largest difference is a detail below it.
@@ -77,6 +82,37 @@ function verdict() {
     : "The replay ran with the recording's training settings."));
   if (R.topology) add(box, el("div", { class: "note" }, R.topology));
 }
+function twoRuns(box) {
+  const c = O.counts || {};
+  const common = Object.keys(O.compared).length;
+  const prompts = `Prompts over the ${common} common step(s): ${c.only_in_a || 0} only in a, ${c.only_in_b || 0} only in b, ` +
+    `${c.more_in_a || 0} more often in a, ${c.more_in_b || 0} more often in b.`;
+  const lacking = D.steps.filter((s) => !O.compared[s]);
+  add(box, el("div", { class: O.first_step === null ? "identical" : "divergence", id: "two-runs" },
+    el("b", {}, `a ${D.label} and ${O.label}: `),
+    O.first_step === null
+      ? `the same prompts in the same order, completions, rewards, versions and start weights at every common step (${common}).`
+      : `the runs part at step ${O.first_step}, in ${O.first_parts.join(", ")}.`,
+    el("div", {}, prompts),
+    lacking.length ? el("div", {}, `Steps b does not hold: ${lacking.join(", ")}.`) : null));
+}
+function pairOf(step, r) {
+  // a's row r at ``step``: its pair in b (the sample of the same prompt and
+  // occurrence) and b's row on the page; null where b has none.
+  const c = O && O.compared[step];
+  const p = c ? c.pairs[`${r.group},${r.row}`] : null;
+  if (!p) return null;
+  const row = O.details[step].rows.find((x) => x.group === p.group && x.row === p.sample);
+  return { ...p, row };
+}
+function inB(step, r) {
+  const c = O.compared[step];
+  if (!c) return "step not in b";
+  const p = pairOf(step, r);
+  if (!p) return "prompt not in b";
+  const parts = ["completion", "reward", "versions"].filter((k) => !p[k]);
+  return parts.length ? parts.join(", ") + (parts.length > 1 ? " differ" : " differs") : "same";
+}
 function notes() {
   const box = document.getElementById("notes");
   for (const n of D.notes) add(box, el("div", { class: "note" }, n));
@@ -92,8 +128,9 @@ function notes() {
 // -- charts ---------------------------------------------------------------------------
 const W = 400, H = 200, ML = 58, MR = 10, MT = 22, MB = 30;
 function legend() {
-  const items = [["var(--rec)", "recorded"]];
+  const items = [["var(--rec)", O ? "a " + D.label : "recorded"]];
   if (R) items.push(["var(--rep)", R.label]);
+  if (O) items.push(["var(--oth)", O.label]);
   const box = document.getElementById("legend");
   for (const [c, t] of items) add(box, el("span", {}, el("i", { class: "sw", style: `background:${c}` }), t));
   if (D.anomalies.length) add(box, el("span", {}, el("b", { style: "color:var(--pin)" }, "▼ "), "anomaly pin"));
@@ -115,7 +152,9 @@ function chart(m) {
   const rec = D.steps.filter((s) => D.series[s] && m.name in D.series[s]).map((s) => [s, D.series[s][m.name]]);
   const rep = R ? Object.keys(R.series).map(Number).sort((a, b) => a - b)
     .filter((s) => m.name in R.series[s]).map((s) => [s, R.series[s][m.name]]) : [];
-  const ys = [...rec, ...rep].map((p) => p[1]).filter(isNum);
+  const oth = O ? Object.keys(O.series).map(Number).sort((a, b) => a - b)
+    .filter((s) => m.name in O.series[s]).map((s) => [s, O.series[s][m.name]]) : [];
+  const ys = [...rec, ...rep, ...oth].map((p) => p[1]).filter(isNum);
   let y0 = ys.length ? Math.min(...ys) : 0, y1 = ys.length ? Math.max(...ys) : 1;
   if (y0 === y1) { const d = Math.abs(y0) * 0.05 || 1; y0 -= d; y1 += d; }
   const pad = (y1 - y0) * 0.08; y0 -= pad; y1 += pad;
@@ -162,6 +201,11 @@ function chart(m) {
   }
   line(svg, rec, X, Y, "var(--rec)", false);
   if (rep.length) line(svg, rep, X, Y, "var(--rep)", true);
+  if (oth.length) line(svg, oth, X, Y, "var(--oth)", true, "oth");
+  if (O && O.first_step !== null && O.first_step > lo && O.first_step < hi) {
+    const x = X(O.first_step);
+    svg.append(sv("line", { x1: x, x2: x, y1: MT, y2: H - MB, stroke: "var(--oth)", "stroke-width": 1.5, "stroke-dasharray": "4 2", class: "parting-line" }));
+  }
   return el("div", { class: "chart", "data-metric": m.name },
     el("div", { class: "title" }, m.title), el("div", { class: "metric" }, m.name), svg);
 }
@@ -178,12 +222,13 @@ function niceTicks(y0, y1) {
   }
   return out;
 }
-function line(svg, pts, X, Y, colour, dashed) {
+function line(svg, pts, X, Y, colour, dashed, cls) {
   const finite = pts.filter((p) => isNum(p[1]));
-  svg.append(sv("polyline", {
+  const poly = svg.appendChild(sv("polyline", {
     points: finite.map((p) => `${X(p[0])},${Y(p[1])}`).join(" "), fill: "none", stroke: colour,
     "stroke-width": dashed ? 1.6 : 2.2, "stroke-dasharray": dashed ? "5 3" : "none",
   }));
+  if (cls) poly.setAttribute("class", cls);
   for (const [s, v] of finite) {
     const mark = dashed
       ? sv("path", { d: `M${X(s) - 4},${Y(v) - 4} l8,8 m0,-8 l-8,8`, stroke: colour, "stroke-width": 1.8, class: "pt", "data-step": s })
@@ -205,8 +250,11 @@ function steps() {
       continue;
     }
     const diverged = R && R.status[s] === "diverged";
-    const cls = "stepbtn" + (pinned.has(s) ? " anomaly" : "") + (diverged ? " diverged" : "");
-    const why = [pinned.has(s) ? "anomaly pin" : null, diverged ? "replay diverged" : null].filter(Boolean).join(", ");
+    const c = O ? O.compared[s] : null;
+    const parted = O && (!c || c.differ.length);
+    const cls = "stepbtn" + (pinned.has(s) ? " anomaly" : "") + (diverged ? " diverged" : "") + (parted ? " parted" : "");
+    const why = [pinned.has(s) ? "anomaly pin" : null, diverged ? "replay diverged" : null,
+      parted ? (c ? "b differs: " + c.differ.join(", ") : "not in b") : null].filter(Boolean).join(", ");
     add(box, el("button", { class: cls, "data-step": s, title: why || null, onclick: () => showStep(s) }, `step ${s}`));
   }
 }
@@ -231,6 +279,8 @@ const COLUMNS = [
   ["ptext", "prompt", "text"], ["completion", "completion", "text"],
   // Where the trainer's log-probs were kept: d = trainer - engine at the row's worst token.
   ["worst_delta", "worst Δ", "num"],
+  // Two recordings: this sample's pair in b (same prompt and occurrence).
+  ["in_b", "in b", "text"],
 ];
 function renderStep() {
   const d = D.details[current.step];
@@ -240,14 +290,16 @@ function renderStep() {
   const groups = Object.fromEntries(d.groups.map((g) => [g.group, g]));
   const rows = d.rows.map((r) => ({ ...r, gmean: groups[r.group].mean, gstd: groups[r.group].std,
     ptext: d.prompts[r.prompt], version: r.versions ? r.versions[1] : null, stale: r.staleness ? r.staleness[1] : null }));
-  const columns = COLUMNS.filter(([key]) => key !== "worst_delta" || rows.some((r) => r.worst_delta !== undefined));
+  if (O) for (const r of rows) r.in_b = inB(current.step, r);
+  const columns = COLUMNS.filter(([key]) => (key !== "worst_delta" || rows.some((r) => r.worst_delta !== undefined)) && (key !== "in_b" || O));
   const stats = D.series[current.step];
   add(box, el("h2", {}, `Step ${current.step}`),
     el("p", {}, `${d.num_trajectories} trajectories in ${d.num_groups} groups, ${d.num_tokens} tokens, epoch ${d.epoch}, ` +
       `policy versions ${range(d.policy_version)}` + (stats ? "" : " · no recorded statistics")),
     d.left_out ? el("p", { class: "note step-cap" }, `${d.left_out} of ${d.num_trajectories} trajectories left out of this page ` +
       `(at most ${D.limits.max_per_step} kept per step); group statistics count them all.`) : null,
-    d.stage_note ? el("p", { class: "note" }, d.stage_note) : null);
+    d.stage_note ? el("p", { class: "note" }, d.stage_note) : null,
+    O ? el("p", { class: "note", id: "vs-b" }, versusB(current.step)) : null);
   const f = current.filter || (current.filter = { rmax: "", rmin: "", lmin: "", text: "" });
   const input = (key, label, cls) => el("label", {}, label + " ",
     el("input", { class: cls || null, value: f[key], oninput: (e) => { f[key] = e.target.value; fill(); } }));
@@ -278,6 +330,18 @@ function renderStep() {
     document.getElementById("row-count").textContent = `${shown.length} of ${rows.length} trajectories on this page shown`;
   }
   fill();
+}
+function versusB(step) {
+  const c = O.compared[step];
+  if (!c) return `vs ${O.label}: b does not hold step ${step}.`;
+  if (!c.differ.length) return `vs ${O.label}: the same prompts in the same order, completions, rewards and versions; start weights ${c.weights.replace("_", " ")}.`;
+  const parts = [];
+  if (c.prompts_only_in_a || c.prompts_only_in_b) parts.push(`prompts: ${c.prompts_only_in_a} sample(s) only in a, ${c.prompts_only_in_b} only in b`);
+  else if (c.differ.includes("prompt order")) parts.push("the same prompts in another order");
+  for (const [k, n] of [["completions", c.completions_differ], ["rewards", c.rewards_differ], ["versions", c.versions_differ]])
+    if (n) parts.push(`${k} of ${n} sample(s) differ`);
+  parts.push(`start weights ${c.weights.replace("_", " ")}`);
+  return `vs ${O.label}: ${parts.join("; ")}.`;
 }
 function cmp(a, b) {
   const na = a === null || a === undefined, nb = b === null || b === undefined;
@@ -458,7 +522,7 @@ function showTrajectory(r, tr, fromLink) {
       bar, high, "; the prompt and tokens outside the loss, dimmed, are in no figure; hover a token for its values. ", pick] :
       "No log-probabilities recorded for this trajectory."),
     r.divergent_token !== undefined ? el("p", { class: "divergence" }, `The replay's first divergent stage differs most at completion token ${r.divergent_token} (outlined).`) : null,
-    tokens);
+    tokens, O ? alignedB(r) : null);
   paint();
   box.scrollIntoView({ behavior: "smooth", block: "start" });
 }
@@ -508,6 +572,34 @@ function search(q) {
 function openFound(s, r) {
   showStep(s);
   showTrajectory(r, document.querySelector(`#traj-rows tr[data-i="${r.i}"]`));
+}
+
+// -- two recordings: a trajectory's pair in b, aligned ---------------------------------------
+function alignedB(r) {
+  const p = pairOf(current.step, r);
+  const box = el("div", { id: "pair-b" });
+  if (!p || !p.row) {
+    add(box, el("p", { class: "muted", id: "pair-note" }, O.compared[current.step]
+      ? `b has no sample of this prompt at step ${current.step} (or fewer of them): nothing to set beside it.` : `b does not hold step ${current.step}.`));
+    return box;
+  }
+  const b = p.row;
+  // The first completion token that differs (or where one ends first).
+  const n = Math.min(r.tokens.length, b.tokens.length);
+  let k = 0;
+  while (k < n && r.tokens[k] === b.tokens[k]) k++;
+  const same = k === n && r.tokens.length === b.tokens.length;
+  const piece = (id) => (D.vocab[id] !== undefined ? D.vocab[id] : `<${id}>`);
+  const strip = (row, id) => el("div", { class: "tokens", id }, row.tokens.map((t, j) =>
+    el("span", { class: "tok" + (j === k && !same ? " first-diff" : "") + ((row.masked || []).includes(j) ? " masked" : "") }, piece(t))));
+  const note = same
+    ? `The same ${n} completion tokens in a and b` + (r.tokens_left_out || b.tokens_left_out ? " (as far as this page holds them)." : ".")
+    : `First differing completion token: ${k} (a: ${k < r.tokens.length ? piece(r.tokens[k]) : "ended"}, b: ${k < b.tokens.length ? piece(b.tokens[k]) : "ended"}), outlined in both.`;
+  add(box, el("h2", {}, `Its pair in ${O.label}: group ${p.group}, sample ${p.sample}`),
+    el("p", { id: "pair-note", class: same ? "muted" : "divergence" }, note,
+      ` Reward a ${fmt(r.reward)}, b ${fmt(b.reward)}.`),
+    el("div", { class: "muted" }, "a:"), strip(r, "tokens-a"), el("div", { class: "muted" }, "b:"), strip(b, "tokens-b"));
+  return box;
 }
 
 // -- stage report and manifest ----------------------------------------------------------------

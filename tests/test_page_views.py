@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The report page's group view, its tokens outside the loss and its search, in
-headless chromium, on a small recording written through the real writer: GRPO
-groups (one with equal rewards), a multi-turn sample whose completion holds a
-tool's output outside the loss."""
+"""The report page's group view, its tokens outside the loss, its search and two
+recordings side by side, in headless chromium, on small recordings written
+through the real writer: GRPO groups (one with equal rewards), a multi-turn
+sample whose completion holds a tool's output outside the loss, and a second
+run whose step 1 generated another token for one sample."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 from support.browser import needs_browser, open_page
 from test_store import manifest
 
+from areal_debug.cli import main
 from areal_debug.inspect.page import report as html_report
 from areal_debug.recording.writer.recording_writer import RecordingWriter
 from areal_debug.recording.writer.start import write_manifest
@@ -51,12 +53,17 @@ def step_batch(step: int) -> list[dict]:
     ]
 
 
-def record(path: str) -> None:
-    write_manifest(path, manifest())
+def record(path: str, other: bool = False) -> None:
+    """Two steps; ``other``: another run (trial t1) whose step 1 generated token
+    99 in place of the second token of group 0's sample 1."""
+    write_manifest(path, manifest(trial="t1" if other else "t0"))
     w = RecordingWriter(path, shard=0, num_shards=1, steps_per_epoch=10)
     for step in (0, 1):
-        w.submit_batch(step, step_batch(step))
-        w.submit_stats(step, {"ppo_actor/task_reward/avg": 0.5 + step})
+        batch = step_batch(step)
+        if other and step == 1:
+            batch[0]["input_ids"][1, 3] = 99
+        w.submit_batch(step, batch)
+        w.submit_stats(step, {"ppo_actor/task_reward/avg": 0.5 + step * (1 - other)})
     w.close()
 
 
@@ -138,3 +145,52 @@ def test_groups_side_by_side_tokens_in_place_and_search(tmp_path):
         assert page.inner_text("#traj h2").startswith("Step 0, group 0, sample 1")
         assert page.errors == []
     assert os.path.getsize(out) < 200_000
+
+
+@needs_browser
+def test_two_recordings_side_by_side(tmp_path, capsys):
+    a, b, out = str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "two.html")
+    record(a)
+    record(b, other=True)
+    assert main(["report", a, b, "-o", out]) == 0
+    assert "the runs part at step 1" in capsys.readouterr().out
+    with open_page(out) as page:
+        assert page.errors == []
+        # The first step where the two part, named at the top and under the step.
+        assert page.inner_text("#two-runs").startswith(
+            "a exp/t0 and b exp/t1: the runs part at step 1, in completions."
+        )
+        assert page.get_attribute(".stepbtn[data-step='1']", "title") == (
+            "b differs: completions"
+        )
+        assert "parted" not in page.get_attribute(".stepbtn[data-step='0']", "class")
+        # b's statistics over a's in every chart.
+        assert page.locator("polyline.oth").count() == page.locator(".chart").count()
+        page.click(".stepbtn[data-step='1']")
+        assert page.inner_text("#vs-b") == (
+            "vs b exp/t1: completions of 1 sample(s) differ; start weights not compared."
+        )
+        in_b = page.eval_on_selector_all(
+            "#traj-rows tr", "rs => rs.map(r => r.lastChild.textContent)"
+        )
+        assert sorted(in_b) == ["completion differs"] + ["same"] * 6
+        # The sample that differs: its tokens and its pair's, aligned, the first
+        # that differs outlined in both.
+        page.click("#traj-rows tr:has-text('completion differs')")
+        assert (
+            page.inner_text("#pair-b h2") == "Its pair in b exp/t1: group 0, sample 1"
+        )
+        assert page.inner_text("#pair-note").startswith(
+            "First differing completion token: 1 (a: <21>, b: <99>)"
+        )
+        for side in ("a", "b"):
+            marked = page.eval_on_selector_all(
+                f"#tokens-{side} .tok",
+                "ts => ts.map(t => t.classList.contains('first-diff'))",
+            )
+            assert marked == [False, True]
+        # A sample both generated alike says so.
+        page.goto(page.url.split("#")[0] + "#step=1&group=2&sample=0")
+        page.reload()
+        assert page.inner_text("#pair-note").startswith("The same 1 completion tokens")
+        assert page.errors == []
