@@ -228,6 +228,7 @@ def test_bad_input_is_one_clear_line(tmp_path, capsys, argv, code, message):
     values = dict(
         missing=str(tmp_path / "nope"), out=str(tmp_path / "p.html"), tmp=str(tmp_path)
     )
+    capsys.readouterr()  # what the set-up's writer logged is not the command's
     assert main([a.format(rec=rec, **values) for a in argv]) == code
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
