@@ -12,6 +12,7 @@ in processes of their own.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -136,6 +137,41 @@ def end_process(proc: subprocess.Popen) -> None:
     except ProcessLookupError:
         pass
     proc.wait()
+
+
+def kill_run(proc: subprocess.Popen) -> None:
+    """SIGKILL a run and every process it started, as a crashed node ends them
+    all. Killing the process group of ``proc`` is not enough: torchrun starts
+    each trainer in a session of its own, which would go on training (and
+    talking to the inference server) beside the run that resumes."""
+    family = [proc.pid, *descendants(proc.pid)]
+    for pid in family:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def descendants(pid: int) -> list[int]:
+    """Every living process below ``pid``, read from /proc (Linux)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                # "pid (comm) state ppid ...": comm may hold spaces and ")".
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
 
 
 def tail(path: Path, n: int = 30) -> str:

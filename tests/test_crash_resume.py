@@ -10,7 +10,6 @@ import io
 import json
 import os
 import shutil
-import signal
 
 import pytest
 from support.harness import (
@@ -28,6 +27,7 @@ from test_cli_inspect import rewrite_payload
 from areal_debug.cli import main as cli
 from areal_debug.recording.format import STEP_META, step_dirname
 from areal_debug.recording.reader import RecordingReader
+from areal_debug.testing import kill_run
 
 # A killed run and its resumption are the subject: Python's own garbage
 # collector, as in production (tests/site/sitecustomize.py does not apply).
@@ -61,7 +61,9 @@ def kill_after_step(workdir: str, step: int) -> str:
             if proc.poll() is None
             else "the dump ended before it could be killed",
         )
-        os.killpg(proc.pid, signal.SIGKILL)
+        # The whole run, as a crashed node: torchrun's trainer is in a session
+        # of its own, which killing torchrun's group would leave training.
+        kill_run(proc)
     finally:
         end_session(proc)
     with open(os.path.join(workdir, "killed.log")) as f:

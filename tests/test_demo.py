@@ -213,3 +213,74 @@ def test_the_replay_script_runs_the_demos_mode(tmp_path, sc):
         assert "tiny_cpu_sc.yaml" in command
     else:
         assert "areal_debug.launcher.local" in command
+
+
+def run_processes(workdir) -> list[str]:
+    """Every process whose command line names ``workdir`` (a trainer, a worker,
+    the server): none may outlive a demo, killed attempt included."""
+    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if str(workdir) in line]
+
+
+@pytest.mark.parametrize(
+    "sc",
+    [False, pytest.param(True, marks=pytest.mark.scheduler)],
+    ids=["spmd", "single-controller"],
+)
+def test_an_interrupted_demo_resumes_losslessly_and_replays(tmp_path, sc):
+    """`areal-debug demo --interrupt-after 0`: the dump run SIGKILLed (every
+    process of it: torchrun starts its trainer in a session of its own) once
+    step 1 is recorded, resumed by AReaL's recovery from the recover checkpoint
+    of step 0, the resume checked, and every step replayed bit for bit."""
+    wd = tmp_path / "demo"
+    argv = ["demo", "--workdir", str(wd), "--steps", "3", "--interrupt-after", "0"]
+    run = subprocess.run(
+        [sys.executable, "-m", "areal_debug.cli", *argv]
+        + (["--single-controller"] if sc else []),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    out = run.stdout
+    assert run.returncode == 0, out[-3000:] + run.stderr[-3000:]
+    assert "killed the dump run (SIGKILL, as a crashed node) once step 1 was " in out
+    assert "resuming it with AReaL's own recovery (recover.mode=on)" in out
+    assert "resume check: resumed at step 1, starting weights identical" in out
+    assert "resume check: lossless (nothing lost or repeated)" in out
+    assert "OK: all 3 steps replayed bit for bit." in out
+    assert run_processes(wd) == []
+    # The killed attempt's step 1 is kept beside the redone one, and the
+    # command says what the demo said.
+    rec = wd / "root" / "tinydemo" / "trial0" / "areal_debug_recording"
+    assert RecordingReader(str(rec)).available_steps() == [0, 1, 2]
+    check = subprocess.run(
+        [sys.executable, "-m", "areal_debug.cli", "resume", str(rec), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-3000:]
+    found = json.loads(check.stdout)
+    (resume,) = found["resumes"]
+    assert (resume["step"], resume["weights"], resume["compared_steps"]) == (
+        1,
+        "identical",
+        [1],
+    )
+    assert resume["different_prompts"] == [] and found["lost"] == []
+    assert found["repeated"] == [] and found["lossless"] is True
+    # The run's own recover checkpoints made it: one after every step.
+    assert (
+        "recover.mode=on ++recover.freq_steps=1" in (wd / "run_replay.sh").read_text()
+    )
+
+
+def test_an_interrupt_needs_a_step_to_redo(tmp_path, capsys):
+    from areal_debug import cli
+
+    argv = ["demo", f"--workdir={tmp_path}", "--steps", "2", "--interrupt-after", "1"]
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "--interrupt-after 1: give a step from 0 to 0 (with --steps 2)" in err
+    assert not (tmp_path / "root").exists()

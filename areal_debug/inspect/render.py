@@ -603,9 +603,15 @@ def resume_check(check) -> Group:
                 f"(superseded/{r.superseded}): {format_ranges(r.different_prompts)}"
             )
         else:
+            order = (
+                f" (steps {format_ranges(r.reordered)} in another order: a batch "
+                "comes in the order its rollouts finish)"
+                if r.reordered
+                else ", in the same order,"
+            )
             lines.append(
                 f"  Redone steps {format_ranges(r.compared_steps) or '-'} consumed the "
-                f"same prompts, in the same order, as the attempt they superseded "
+                f"same prompts{order} as the attempt they superseded "
                 f"(superseded/{r.superseded})."
             )
         parts += [Text(line) for line in lines]

@@ -9,9 +9,9 @@ recording them again. So one recording answers, for each resume at step K:
 
 - whether the weights the resumed run started from are those the interrupted
   run had after step K-1 (its ``weights`` digests of step K-1);
-- whether each redone step consumed the same prompts, in the same order, as the
-  attempt it superseded (exact with ``rollout.max_head_offpolicyness`` 0; with
-  more, the prompts in flight at the kill may differ);
+- whether each redone step consumed the same prompts as the attempt it
+  superseded, and in the same order (a batch collected as rollouts finish comes
+  in their order: another order loses and repeats nothing);
 - where a redone step consumed other prompts: those a kept step had already
   consumed earlier in the epoch (repeated), and the superseded attempt's that no
   kept step consumed (lost).
@@ -48,6 +48,9 @@ class Resume:
     superseded: str | None = None
     compared_steps: list[int] = field(default_factory=list)
     different_prompts: list[int] = field(default_factory=list)
+    # Redone steps that consumed the same prompts in another order: nothing lost
+    # or repeated (a batch collected as rollouts finish comes in their order).
+    reordered: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -151,6 +154,9 @@ def check_resumes(reader: RecordingReader) -> ResumeCheck:
                     continue
                 resume.compared_steps.append(s)
                 if before == kept[s]:
+                    continue
+                if sorted(before) == sorted(kept[s]):
+                    resume.reordered.append(s)
                     continue
                 resume.different_prompts.append(s)
                 for p in set(kept[s]) - set(before):

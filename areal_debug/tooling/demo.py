@@ -18,13 +18,21 @@ import shlex
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from areal_debug import testing
 from areal_debug.compare.report import ReplayReport, read_report
 from areal_debug.inspect.common import cli_command
-from areal_debug.recording.reader import RecordingReader
-from areal_debug.testing import end_process, example_command, run_env, tail
+from areal_debug.recording.format import STEP_META, step_dirname
+from areal_debug.recording.reader import RecordingReader, format_ranges
+from areal_debug.testing import (
+    end_process,
+    example_command,
+    kill_run,
+    run_env,
+    tail,
+)
 from areal_debug.tooling.logprob_fault import FaultError
 from areal_debug.tooling.logprob_fault import parse as parse_fault
 from areal_debug.tooling.tiny_task import build_tiny_model, write_dataset
@@ -81,10 +89,18 @@ def mode_command(
 
 
 def run_trainer(
-    workdir: Path, name: str, cmd: list[str], env: dict, steps: int
-) -> None:
-    """Run ``cmd``, log to DIR/<name>.log, show step progress."""
+    workdir: Path,
+    name: str,
+    cmd: list[str],
+    env: dict,
+    steps: int,
+    kill_once: Callable[[], bool] | None = None,
+) -> bool:
+    """Run ``cmd``, log to DIR/<name>.log, show step progress. With
+    ``kill_once``, SIGKILL the run's whole session (as a crashed node ends) once
+    it returns True, checked at each line the run logs; whether it was killed."""
     log_path = workdir / f"{name}.log"
+    killed = False
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             cmd,
@@ -100,14 +116,21 @@ def run_trainer(
                 m = _STEP_DONE.search(line)
                 if m:
                     say(f"{name}: step {m.group(1)} of {steps} done")
+                if kill_once is not None and kill_once():
+                    kill_run(proc)
+                    killed = True
+                    break
             proc.wait()
         finally:
             end_process(proc)
+    if killed:
+        return True
     if proc.returncode != 0:
         raise DemoError(
             f"the {name} run failed (exit {proc.returncode}); last lines of "
             f"{log_path}:\n{tail(log_path)}"
         )
+    return False
 
 
 def timed_run(wd: Path, name: str, cmd: list[str], env: dict, steps: int) -> float:
@@ -115,6 +138,80 @@ def timed_run(wd: Path, name: str, cmd: list[str], env: dict, steps: int) -> flo
     t0 = time.monotonic()
     run_trainer(wd, name, cmd, env, steps)
     return time.monotonic() - t0
+
+
+# What an interrupted demo adds to both runs' overrides (unless the user's name
+# recover.*): AReaL's recovery, a recover checkpoint after every step.
+RECOVER = ("recover.mode=on", "++recover.freq_steps=1")
+
+
+def interrupted_dump(
+    wd: Path, cmd: list[str], env: dict, steps: int, after: int
+) -> float:
+    """The dump run SIGKILLed once step ``after + 1`` is recorded (its batch is
+    recorded as the step starts, after the recover checkpoint of ``after``),
+    then run again: AReaL's recovery resumes it and the recording continues,
+    the killed attempt's steps from the resumed step on kept under
+    superseded/. Its wall time, both runs."""
+    killed_at = after + 1
+    done = _recording(wd) / step_dirname(killed_at) / STEP_META
+    t0 = time.monotonic()
+    if not run_trainer(wd, "dump", cmd, env, steps, kill_once=done.exists):
+        raise DemoError(
+            f"the dump run ended before step {killed_at} was recorded: nothing to "
+            f"interrupt (see {wd / 'dump.log'})"
+        )
+    say(
+        f"[2/4] record: killed the dump run (SIGKILL, as a crashed node) once step "
+        f"{killed_at} was recorded, after the recover checkpoint of step {after}"
+    )
+    # A killed run leaves its name-resolve entries; AReaL's launchers clear
+    # them before a run, torchrun and the local scheduler's script do not.
+    shutil.rmtree(wd / "root" / "name_resolve", ignore_errors=True)
+    say("[2/4] record: resuming it with AReaL's own recovery (recover.mode=on)")
+    run_trainer(wd, "dump-resumed", cmd, env, steps)
+    return time.monotonic() - t0
+
+
+def _recording(wd: Path) -> Path:
+    return wd / "root" / EXPERIMENT / TRIAL / "areal_debug_recording"
+
+
+def say_resume_check(reader: RecordingReader) -> bool:
+    """The recording's resume check, in a line per resume; whether it was
+    lossless."""
+    from areal_debug.inspect.resume import check_resumes
+
+    check = check_resumes(reader)
+    for r in check.resumes:
+        if not r.compared_steps:
+            redone = "no redone step to compare"
+        elif r.different_prompts:
+            redone = (
+                f"redone steps {format_ranges(r.different_prompts)} on OTHER prompts"
+            )
+        else:
+            redone = (
+                f"redone steps {format_ranges(r.compared_steps)} on the same prompts"
+            )
+            if r.reordered:
+                redone += f" ({format_ranges(r.reordered)} in another order)"
+        say(
+            f"[2/4] resume check: resumed at step {r.step}, starting weights "
+            f"{str(r.weights).replace('_', ' ')} to the killed run's after step "
+            f"{r.step - 1}; {redone}"
+        )
+    lost, repeated = len(check.lost), len(check.repeated)
+    say(
+        "[2/4] resume check: "
+        + (
+            "lossless (nothing lost or repeated)"
+            if check.lossless
+            else f"NOT lossless: {lost} prompt(s) lost, {repeated} repeated "
+            f"(areal-debug resume {shlex.quote(reader.path)})"
+        )
+    )
+    return check.lossless
 
 
 def script_env() -> dict:
@@ -245,9 +342,12 @@ def run_demo(
     single_controller: bool = False,
     overrides: tuple[str, ...] = (),
     logprob_fault: str | None = None,
+    interrupt_after: int | None = None,
 ) -> int:
     """Record, replay and compare; ``overrides`` go to both runs;
-    ``logprob_fault`` is the CPU server's ``--logprob-fault``."""
+    ``logprob_fault`` is the CPU server's ``--logprob-fault``; with
+    ``interrupt_after`` N, the dump run is killed once step N + 1 is recorded and
+    resumed with AReaL's recovery, and the resume checked."""
     named = [o for o in overrides if o.lstrip("+").split("=")[0] in OWN_KEYS]
     if named:
         raise DemoError(
@@ -259,6 +359,15 @@ def run_demo(
             parse_fault(logprob_fault)
         except FaultError as e:
             raise DemoError(str(e)) from None
+    if interrupt_after is not None:
+        if not 0 <= interrupt_after <= steps - 2:
+            raise DemoError(
+                f"--interrupt-after {interrupt_after}: give a step from 0 to "
+                f"{steps - 2} (with --steps {steps}): the run is killed during the "
+                "step after it, which must be one it records"
+            )
+        if not any(o.lstrip("+").startswith("recover.") for o in overrides):
+            overrides = (*RECOVER, *overrides)
     sc = single_controller
     wd = Path(workdir).resolve()
     wd.mkdir(parents=True, exist_ok=True)
@@ -281,10 +390,15 @@ def run_demo(
         )
         dump_env = run_env(wd, sc, server_addr=addr)
         dump_cmd = mode_command("dump", nproc, steps, sc, overrides)
-        dump_time = timed_run(wd, "dump", dump_cmd, dump_env, steps)
+        if interrupt_after is None:
+            dump_time = timed_run(wd, "dump", dump_cmd, dump_env, steps)
+        else:
+            dump_time = interrupted_dump(wd, dump_cmd, dump_env, steps, interrupt_after)
     finally:
         end_process(server)
         say("[2/4] record: CPU server stopped")
+    reader = RecordingReader(str(_recording(wd)))
+    lossless = say_resume_check(reader) if interrupt_after is not None else True
 
     # The replay is the script the user re-runs, so the demo shows it works.
     script = write_replay_script(wd, nproc, steps, sc, overrides)
@@ -296,9 +410,6 @@ def run_demo(
     replay_time = timed_run(wd, "replay", ["bash", str(script)], script_env(), steps)
 
     say("[4/4] compare")
-    reader = RecordingReader(
-        str(wd / "root" / EXPERIMENT / TRIAL / "areal_debug_recording")
-    )
     ok, problem = print_table(reader, load_report(wd))
     print(
         f"dump run {dump_time:.1f} s (with inference), replay run {replay_time:.1f} s "
@@ -317,8 +428,11 @@ def run_demo(
         f"           {cli} show {rec} --step 0 --decode\n"
         f"           {cli} mismatch {rec}"
     )
-    if ok:
+    if ok and lossless:
         print(f"OK: all {len(reader.available_steps())} steps replayed bit for bit.")
         return 0
+    if ok:
+        print("DIFFERENT: the resume lost or repeated prompts (the resume check above)")
+        return 1
     print(f"DIFFERENT: first difference at {problem}")
     return 1

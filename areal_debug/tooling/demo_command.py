@@ -39,6 +39,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(step 2: a quarter of the generated tokens +4 nats) or 'version=2,nan=true'",
     )
     p.add_argument(
+        "--interrupt-after",
+        type=int,
+        metavar="N",
+        help="kill the dump run (SIGKILL, as a crashed node) once step N + 1 is "
+        "recorded, resume it with AReaL's recover.mode=on (a recover checkpoint "
+        "every step unless your overrides name recover.*), check the resume "
+        "(areal-debug resume), then replay as usual",
+    )
+    p.add_argument(
         "overrides",
         nargs="*",
         metavar="KEY=VALUE",
@@ -58,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
             single_controller=args.single_controller,
             overrides=tuple(args.overrides),
             logprob_fault=args.logprob_fault,
+            interrupt_after=args.interrupt_after,
         )
     except DemoError as e:
         print(f"areal-debug demo: {e}", file=sys.stderr)
