@@ -473,6 +473,36 @@ def _():
     assert exported[mismatch.stat_name("abs_diff", "max")] == 0.5
 
 
+@check(
+    "trainer",
+    "record_scalars: stats_tracker.get().scope/scalar, exported with the step's "
+    "statistics; optimizer_steps: FSDPEngine.optimizer, a torch optimizer whose "
+    "state keeps each parameter's step",
+)
+def _():
+    from areal.engine.fsdp_engine import FSDPEngine
+    from areal.utils import stats_tracker
+
+    areal_compat.record_scalars("areal_debug/optimizer", steps_at_start=7)
+    assert stats_tracker.export_all()["areal_debug/optimizer/steps_at_start"] == 7
+    # Both optimizers FSDPEngine builds (adam, adam_bf16) are torch ones that
+    # count each parameter's steps in state["step"].
+    built = source(FSDPEngine)
+    assert "self.optimizer = torch.optim.AdamW(" in built
+    assert "self.optimizer = AnyPrecisionAdamW(" in built
+    from areal.engine.fsdp_utils.optimizer import AnyPrecisionAdamW
+
+    for make in (torch.optim.AdamW, AnyPrecisionAdamW):
+        weight = torch.nn.Parameter(torch.ones(3))
+        engine = type("Engine", (), {})()
+        engine.optimizer = make([weight], lr=0.1)
+        assert areal_compat.optimizer_steps(engine) == 0
+        for _ in range(2):
+            weight.grad = torch.ones(3)
+            engine.optimizer.step()
+        assert areal_compat.optimizer_steps(engine) == 2, make
+
+
 def test_a_half_built_trainer_closes_what_it_built():
     """AReaL main calls close() when construction fails; a trainer without a
     saver yet destroys the engines it has and the scheduler's workers, and an

@@ -4,6 +4,7 @@
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -15,6 +16,7 @@ from areal_debug.inspect.common import cli_command
 from areal_debug.inspect.listing import pinned_steps
 from areal_debug.inspect.plot_recording import anomalies
 from areal_debug.recording.reader import RecordingReader
+from areal_debug.stages.names import OPTIMIZER_STEPS_STAT
 
 pytestmark = [pytest.mark.areal, pytest.mark.each_areal]
 
@@ -222,6 +224,18 @@ def run_processes(workdir) -> list[str]:
     return [line for line in out.splitlines() if str(workdir) in line]
 
 
+def resume_check(rec) -> tuple[int, dict]:
+    """``areal-debug resume REC --json`` as a user runs it: exit status, output."""
+    check = subprocess.run(
+        [sys.executable, "-m", "areal_debug.cli", "resume", str(rec), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert check.returncode in (0, 3), check.stdout[-3000:] + check.stderr[-3000:]
+    return check.returncode, json.loads(check.stdout)
+
+
 @pytest.mark.parametrize(
     "sc",
     [False, pytest.param(True, marks=pytest.mark.scheduler)],
@@ -246,7 +260,10 @@ def test_an_interrupted_demo_resumes_losslessly_and_replays(tmp_path, sc):
     assert run.returncode == 0, out[-3000:] + run.stderr[-3000:]
     assert "killed the dump run (SIGKILL, as a crashed node) once step 1 was " in out
     assert "resuming it with AReaL's own recovery (recover.mode=on)" in out
-    assert "resume check: resumed at step 1, starting weights identical" in out
+    assert (
+        "resume check: resumed at step 1: starting weights identical, optimizer "
+        "step count identical (against the killed run's after step 0)" in out
+    )
     assert "resume check: lossless (nothing lost or repeated)" in out
     assert "OK: all 3 steps replayed bit for bit." in out
     assert run_processes(wd) == []
@@ -254,22 +271,33 @@ def test_an_interrupted_demo_resumes_losslessly_and_replays(tmp_path, sc):
     # command says what the demo said.
     rec = wd / "root" / "tinydemo" / "trial0" / "areal_debug_recording"
     assert RecordingReader(str(rec)).available_steps() == [0, 1, 2]
-    check = subprocess.run(
-        [sys.executable, "-m", "areal_debug.cli", "resume", str(rec), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-3000:]
-    found = json.loads(check.stdout)
+    rc, found = resume_check(rec)
+    assert rc == 0, found
     (resume,) = found["resumes"]
     assert (resume["step"], resume["weights"], resume["compared_steps"]) == (
         1,
         "identical",
         [1],
     )
+    assert resume["optimizer"] == "identical", resume
     assert resume["different_prompts"] == [] and found["lost"] == []
     assert found["repeated"] == [] and found["lossless"] is True
+    # An optimizer whose state the resume had not restored (its count from 0
+    # again) is named, and the resume is not lossless.
+    copy = tmp_path / "not-restored"
+    shutil.copytree(rec, copy)
+    stats = copy / "step-000001" / "stats.json"
+    data = json.loads(stats.read_text())
+    data["stats"][OPTIMIZER_STEPS_STAT] = 0.0
+    stats.write_text(json.dumps(data))
+    rc, found = resume_check(copy)
+    assert rc == 3, found
+    (resume,) = found["resumes"]
+    assert resume["optimizer"] == "differs", resume
+    assert (
+        "optimizer had taken 0 steps, the interrupted run's 2"
+        in (resume["optimizer_detail"])
+    )
     # The run's own recover checkpoints made it: one after every step.
     assert (
         "recover.mode=on ++recover.freq_steps=1" in (wd / "run_replay.sh").read_text()

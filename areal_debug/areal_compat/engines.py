@@ -66,6 +66,24 @@ def engine_named_parameters(engine: Any) -> list[tuple[str, Any]]:
     return list(model.named_parameters()) if model is not None else []
 
 
+def optimizer_steps(engine: Any) -> int | None:
+    """How many steps the engine's optimizer has taken: torch's optimizers keep
+    the count per parameter as state "step" (the AdamW of FSDPEngine.optimizer in
+    1.0.4, 2.0.0 and main); 0 before the first step, None for an engine without
+    a torch optimizer."""
+    state = getattr(getattr(engine, "optimizer", None), "state", None)
+    if not isinstance(state, dict):
+        return None
+    for per_parameter in state.values():
+        step = per_parameter.get("step") if isinstance(per_parameter, dict) else None
+        if step is None:
+            continue
+        if hasattr(step, "full_tensor"):  # a DTensor: the count is replicated
+            step = step.full_tensor()
+        return int(step.item() if hasattr(step, "item") else step)
+    return 0
+
+
 # -- what stands in for AReaL's inference engine (modes/engines.py) -------------------
 def inference_engine_interface() -> type:
     """areal/api/engine_api.py:547 (1.0.4 and 2.0.0) InferenceEngine, the interface

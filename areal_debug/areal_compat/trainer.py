@@ -184,6 +184,17 @@ def record_token_stats(scope: str, denominator: str, mask, **values) -> None:
         tracker.stat(denominator=denominator, **values)
 
 
+def record_scalars(scope: str, **values: float) -> None:
+    """Numbers into AReaL's own stats tracker (``scalar``: averaged over the
+    calls of a step and the data-parallel ranks), committed with the step's
+    statistics like ``record_token_stats``'."""
+    from areal.utils import stats_tracker
+
+    tracker = stats_tracker.get()
+    with tracker.scope(scope):
+        tracker.scalar(**values)
+
+
 # -- trainer state read by areal-debug -------------------------------------------------
 def trains_on_cpu() -> bool:
     """areal/infra/platforms (platforms/__init__.py:93 ``current_platform``, 1.0.4

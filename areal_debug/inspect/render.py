@@ -590,7 +590,12 @@ def resume_check(check) -> Group:
         }.get(str(r.weights), "its starting weights not compared: {detail}")
         lines = [
             f"Resumed at step {r.step}: "
-            + weights.format(before=r.step - 1, detail=r.weights_detail)
+            + weights.format(before=r.step - 1, detail=r.weights_detail),
+            "  Optimizer: "
+            + {"identical": "the same step count: ", "differs": "NOT restored: "}.get(
+                str(r.optimizer), "not compared: "
+            )
+            + r.optimizer_detail,
         ]
         if r.superseded is None:
             lines.append(

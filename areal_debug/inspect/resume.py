@@ -8,7 +8,8 @@ the interrupted run had recorded from there on to ``superseded/<time>/`` before
 recording them again. So one recording answers, for each resume at step K:
 
 - whether the weights the resumed run started from are those the interrupted
-  run had after step K-1 (its ``weights`` digests of step K-1);
+  run had after step K-1 (its ``weights`` digests of step K-1), and its
+  optimizer's step count the interrupted run's after step K-1;
 - whether each redone step consumed the same prompts as the attempt it
   superseded, and in the same order (a batch collected as rollouts finish comes
   in their order: another order loses and repeats nothing);
@@ -31,7 +32,12 @@ from typing import Any
 
 from areal_debug.compare.stages import compare_model
 from areal_debug.recording.reader import RecordingReader, superseded_attempts
-from areal_debug.stages.names import MODEL_STAGE, Verdict
+from areal_debug.stages.names import (
+    MODEL_STAGE,
+    OPTIMIZER_STEPS_STAT,
+    Verdict,
+    split_mini_batch,
+)
 
 
 @dataclass
@@ -43,6 +49,11 @@ class Resume:
     # step - 1: identical, differs or not_compared (with why).
     weights: str
     weights_detail: str = ""
+    # Its optimizer's step count as it started against the interrupted run's
+    # after step - 1 (that step's count at its start plus its updates): an
+    # optimizer state not restored starts from 0.
+    optimizer: str = Verdict.NOT_COMPARED
+    optimizer_detail: str = ""
     # The interrupted attempt's steps (superseded/<time>/), if it had recorded any
     # from ``step`` on, and the redone steps whose prompts differ from them.
     superseded: str | None = None
@@ -72,6 +83,7 @@ class ResumeCheck:
             or self.lost
             or any(r.different_prompts for r in self.resumes)
             or any(r.weights == Verdict.DIFFERS for r in self.resumes)
+            or any(r.optimizer == Verdict.DIFFERS for r in self.resumes)
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -127,6 +139,43 @@ def _weights(reader: RecordingReader, step: int, start) -> tuple[str, str]:
     )
 
 
+def _optimizer_steps(reader: RecordingReader, step: int) -> int | None:
+    stats = reader.recorded_stats(step) if reader.has_step(step) else None
+    value = (stats or {}).get(OPTIMIZER_STEPS_STAT)
+    return int(value) if isinstance(value, int | float) else None
+
+
+def _updates(reader: RecordingReader, step: int) -> int | None:
+    """The optimizer steps ``step`` took: its mini-batches (one update each,
+    its weights digested per mini-batch), else the count's difference from the
+    step before."""
+    weights = (_stages(reader, step) or {}).get("global", {}).get("weights", {})
+    batches = {split_mini_batch(name)[0] for name in weights}
+    if batches and None not in batches:
+        return len(batches)
+    now, before = _optimizer_steps(reader, step), _optimizer_steps(reader, step - 1)
+    return now - before if now is not None and before is not None else None
+
+
+def _optimizer(reader: RecordingReader, step: int) -> tuple[str, str]:
+    now, before = _optimizer_steps(reader, step), _optimizer_steps(reader, step - 1)
+    updates = _updates(reader, step - 1)
+    if now is None or before is None or updates is None:
+        return Verdict.NOT_COMPARED, (
+            f"steps {step - 1} and {step} keep no optimizer step count (recorded "
+            "by an earlier areal-debug, or without recomputed log-probs)"
+        )
+    expected = before + updates
+    if now == expected:
+        return Verdict.IDENTICAL, (
+            f"{now} optimizer steps, as the interrupted run had after step {step - 1}"
+        )
+    return Verdict.DIFFERS, (
+        f"the resumed run's optimizer had taken {now} steps, the interrupted run's "
+        f"{expected} after step {step - 1}: its state was not restored"
+    )
+
+
 def check_resumes(reader: RecordingReader) -> ResumeCheck:
     attempts = superseded_attempts(reader)
     resumes, lost, repeated = [], [], []
@@ -139,7 +188,7 @@ def check_resumes(reader: RecordingReader) -> ResumeCheck:
     spe = max(1, int(reader.steps_per_epoch or 1))
     for step, start in _run_starts(reader, attempts).items():
         weights, detail = _weights(reader, step, start)
-        resume = Resume(step, weights, detail)
+        resume = Resume(step, weights, detail, *_optimizer(reader, step))
         for name, attempt in attempts:
             redone = [s for s in attempt.available_steps() if s >= step]
             if not redone or min(redone) != step:

@@ -113,6 +113,14 @@ def tokens_index(name: str) -> int | None:
     return trajectory_index(head) if head != name else None
 
 
+# The actor's optimizer step count as a step starts (before its updates), among
+# the step's statistics: a resumed run's is compared with the interrupted run's
+# (inspect/resume.py), a replay's with the recording's like any statistic.
+OPTIMIZER_SCOPE = "areal_debug/optimizer"
+OPTIMIZER_STEPS = "steps_at_start"
+OPTIMIZER_STEPS_STAT = f"{OPTIMIZER_SCOPE}/{OPTIMIZER_STEPS}"
+
+
 def mini_batch_name(mini_batch: int, rest: str) -> str:
     """An update stage's entry name: ``"mini-batch M <rest>"`` (``rest`` a
     micro-batch or a parameter)."""

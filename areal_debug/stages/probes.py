@@ -25,6 +25,8 @@ from areal_debug.logs import get_logger
 from areal_debug.stages import mismatch
 from areal_debug.stages.names import (
     MODEL_STAGE,
+    OPTIMIZER_SCOPE,
+    OPTIMIZER_STEPS,
     mini_batch_name,
     tokens_name,
     trajectory_name,
@@ -56,6 +58,8 @@ class StageProbes:
         self.failed: str | None = None
         # Set by the first mismatch measurement that fails: that alone stops.
         self.mismatch_failed: str | None = None
+        # Likewise for the optimizer's step count.
+        self.count_failed: str | None = None
 
     def _digest(self, what: str, work: Callable[[], None]) -> None:
         """Run one digest step; an error in it never reaches the training step."""
@@ -123,7 +127,7 @@ class StageProbes:
     # -- the probes, one per STAGE_METHODS method: (role, engine) -> wrapper ---------
     def _probe_compute_logp(self, role: str, engine) -> Callable:
         if role != "ref":
-            return self._measured(self._per_trajectory("logp"))
+            return self._measured(engine, self._per_trajectory("logp"))
         digested = self._per_trajectory("ref_logp")
         if self.recorded_ref is None:
             return digested
@@ -162,14 +166,16 @@ class StageProbes:
 
         return make
 
-    def _measured(self, digested: Callable[[Callable], Callable]) -> Callable:
+    def _measured(self, engine, digested: Callable[[Callable], Callable]) -> Callable:
         """The actor's recomputed log-probs, also measured against the engine's
-        (stages/mismatch.py): the training–inference mismatch of the step."""
+        (stages/mismatch.py): the training–inference mismatch of the step; and
+        the optimizer's step count then, before the step's updates."""
 
         def make(compute: Callable) -> Callable:
             inner = digested(compute)
 
             def measured(*args, **kwargs):
+                self._count_optimizer_steps(engine)
                 out = inner(*args, **kwargs)
                 data = args[0] if args else kwargs.get("data")
                 self._measure(data, _as_list(out))
@@ -206,6 +212,22 @@ class StageProbes:
             logger.error(
                 f"The training-inference mismatch is not measured from here on "
                 f"({self.mismatch_failed}); training and the stage digests go on."
+            )
+
+    def _count_optimizer_steps(self, engine) -> None:
+        """The step's ``OPTIMIZER_STEPS_STAT``; an error in it stops only the
+        count (said once)."""
+        if self.count_failed is not None:
+            return
+        try:
+            steps = areal_compat.optimizer_steps(engine)
+            if steps is not None:
+                areal_compat.record_scalars(OPTIMIZER_SCOPE, **{OPTIMIZER_STEPS: steps})
+        except Exception as e:  # noqa: BLE001 - the recorder must not kill training
+            self.count_failed = repr(e)
+            logger.error(
+                f"The optimizer's step count is not recorded from here on "
+                f"({self.count_failed}); training and the stage digests go on."
             )
 
     def _advantages(self, compute: Callable) -> Callable:

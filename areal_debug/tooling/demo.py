@@ -197,9 +197,10 @@ def say_resume_check(reader: RecordingReader) -> bool:
             if r.reordered:
                 redone += f" ({format_ranges(r.reordered)} in another order)"
         say(
-            f"[2/4] resume check: resumed at step {r.step}, starting weights "
-            f"{str(r.weights).replace('_', ' ')} to the killed run's after step "
-            f"{r.step - 1}; {redone}"
+            f"[2/4] resume check: resumed at step {r.step}: starting weights "
+            f"{str(r.weights).replace('_', ' ')}, optimizer step count "
+            f"{str(r.optimizer).replace('_', ' ')} (against the killed run's after "
+            f"step {r.step - 1}); {redone}"
         )
     lost, repeated = len(check.lost), len(check.repeated)
     say(
