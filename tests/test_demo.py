@@ -11,6 +11,7 @@ import sys
 import pytest
 from support.harness import rpc_workers
 from support.recordings import SC_REFUSED_STEP, SC_STEPS
+from test_cli_inspect import rewrite_payload
 
 from areal_debug.inspect.common import cli_command
 from areal_debug.inspect.listing import pinned_steps
@@ -298,6 +299,42 @@ def test_an_interrupted_demo_resumes_losslessly_and_replays(tmp_path, sc):
         "optimizer had taken 0 steps, the interrupted run's 2"
         in (resume["optimizer_detail"])
     )
+    # A planted skipped prompt: the redone step 1 consumed a group of step 0 in
+    # place of one of its own. The prompt it skipped is lost, the one it took
+    # from step 0 repeated, and `diff` against the real recording names both.
+    planted = tmp_path / "planted"
+    shutil.copytree(rec, planted)
+    reader = RecordingReader(str(planted))
+    prompts = {s: reader.step_contents(s).group_prompts() for s in (0, 1, 2)}
+    # (The demo's dataset holds a prompt more than once: the group skipped is
+    # one no other step consumed, the one taken one step 1 did not have.)
+    seen = [p for step in prompts.values() for p in step]
+    mine = next(i for i, p in enumerate(prompts[1]) if seen.count(p) == 1)
+    taken = next(i for i, p in enumerate(prompts[0]) if p not in prompts[1])
+    step0 = reader.load_shard(0, 0)[taken]
+
+    def take_step_0s_group(batch):
+        batch[mine] = step0
+
+    rewrite_payload(str(planted), 1, 0, take_step_0s_group)
+    rc, found = resume_check(planted)
+    assert rc == 3 and found["lossless"] is False, found
+    assert found["resumes"][0]["different_prompts"] == [1]
+    assert (1, 0) in [(r["step"], r["earlier"]) for r in found["repeated"]]
+    assert [lost["step"] for lost in found["lost"]] == [1], found["lost"]
+    diffed = subprocess.run(
+        [sys.executable, "-m", "areal_debug.cli", "diff", str(rec), str(planted)]
+        + ["--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert diffed.returncode == 3, diffed.stderr[-3000:]
+    batches = json.loads(diffed.stdout)["batches"]
+    assert (batches["first_step"], batches["first_parts"]) == (1, ["prompts"])
+    assert [p["prompt"] for p in batches["only_in_a"]] == [
+        lost["prompt"] for lost in found["lost"]
+    ]
     # The run's own recover checkpoints made it: one after every step.
     assert (
         "recover.mode=on ++recover.freq_steps=1" in (wd / "run_replay.sh").read_text()
