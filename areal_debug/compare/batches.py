@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from areal_debug.compare.stages import compare_weights, start_weights
+from areal_debug.compare.stages import compare_weights, start_weights, weights_verdict
 from areal_debug.recording.contents import BatchContents
 from areal_debug.recording.reader import RecordingReader
 from areal_debug.stages.names import Verdict
@@ -197,10 +197,7 @@ class _StageLogs:
 
     def __call__(self, step: int) -> dict[str, Any] | None:
         if step not in self.read:
-            has = step >= 0 and self.reader.has_step(step)
-            self.read[step] = (
-                self.reader.recorded_stages(step, tensors=False)[0] if has else None
-            )
+            self.read[step] = self.reader.stage_digests(step) if step >= 0 else None
             self.read.pop(step - 2, None)  # walked in order: older ones are done
         return self.read[step]
 
@@ -215,13 +212,7 @@ def _weights(a: _StageLogs, b: _StageLogs, step: int) -> tuple[str, str]:
         return Verdict.NOT_COMPARED, (
             f"{missing} keeps no digest of the weights step {step} started from"
         )
-    result = compare_weights(*sides)
-    if result["status"] == Verdict.IDENTICAL:
-        return Verdict.IDENTICAL, f"{result['compared']} parameters identical"
-    return Verdict.DIFFERS, (
-        f"{result['differing']} of {result['compared']} parameters differ, first "
-        f"{result['where']}"
-    )
+    return weights_verdict(compare_weights(*sides))
 
 
 def _prompt_totals(

@@ -125,7 +125,9 @@ class ReplayComparison:
             step,
             model,
             self._recorded_stages(step)[0],
-            self.reader.recorded_stages(step - 1)[0] if step > 0 else None,
+            self.reader.recorded_stages(step - 1, tensors=False)[0]
+            if step > 0
+            else None,
         )
         result["actor_path"] = actor_path
         self.report.model = result

@@ -126,6 +126,19 @@ def compare_weights(a: dict[str, list], b: dict[str, list]) -> dict[str, Any]:
     return _compare_entries(MODEL_STAGE, a, b)
 
 
+def weights_verdict(result: dict[str, Any]) -> tuple[str, str]:
+    """``compare_weights``' or ``compare_model``'s result as (status, detail):
+    how many parameters are identical, or how many differ and the first."""
+    if result["status"] == Verdict.NOT_COMPARED:
+        return Verdict.NOT_COMPARED, result.get("reason", "")
+    if result["status"] == Verdict.IDENTICAL:
+        return Verdict.IDENTICAL, f"{result['compared']} parameters identical"
+    return Verdict.DIFFERS, (
+        f"{result['differing']} of {result['compared']} parameters differ, first "
+        f"{result['where']}"
+    )
+
+
 # The reason given when the weights are compared after the update only.
 _ONCE_PER_STEP = "the {} digested the weights once per step, after the update"
 

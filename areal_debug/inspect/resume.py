@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal_debug.compare.stages import compare_model
+from areal_debug.compare.stages import compare_model, weights_verdict
 from areal_debug.recording.reader import RecordingReader, superseded_attempts
 from areal_debug.stages.names import (
     MODEL_STAGE,
@@ -98,21 +98,13 @@ def step_prompts(reader: RecordingReader, step: int) -> list[str]:
     return reader.step_contents(step).group_prompts()
 
 
-def _stages(reader: RecordingReader, step: int) -> dict[str, Any] | None:
-    return (
-        reader.recorded_stages(step, tensors=False)[0]
-        if reader.has_step(step)
-        else None
-    )
-
-
 def _run_starts(reader: RecordingReader, attempts) -> dict[int, dict | None]:
     """Steps a run started at after step 0, each with the digests of the weights
     it started from: the steps that have them, and each superseded attempt's
     first step (None where it has none)."""
     found: dict[int, dict | None] = {}
     for step in reader.available_steps():
-        start = (_stages(reader, step) or {}).get("global", {}).get(MODEL_STAGE)
+        start = (reader.stage_digests(step) or {}).get("global", {}).get(MODEL_STAGE)
         if step > 0 and start is not None:
             found[step] = start
     for _, attempt in attempts:
@@ -128,14 +120,8 @@ def _weights(reader: RecordingReader, step: int, start) -> tuple[str, str]:
             f"step {step} keeps no digest of the weights it started from (recorded "
             "with debug.stage_digests=false, or not complete)"
         )
-    result = compare_model(step, start, None, _stages(reader, step - 1))
-    if result["status"] == Verdict.NOT_COMPARED:
-        return Verdict.NOT_COMPARED, result.get("reason", "")
-    if result["status"] == Verdict.IDENTICAL:
-        return Verdict.IDENTICAL, f"{result['compared']} parameters identical"
-    return Verdict.DIFFERS, (
-        f"{result['differing']} of {result['compared']} parameters differ, first "
-        f"{result['where']}"
+    return weights_verdict(
+        compare_model(step, start, None, reader.stage_digests(step - 1))
     )
 
 
@@ -149,7 +135,7 @@ def _updates(reader: RecordingReader, step: int) -> int | None:
     """The optimizer steps ``step`` took: its mini-batches (one update each,
     its weights digested per mini-batch), else the count's difference from the
     step before."""
-    weights = (_stages(reader, step) or {}).get("global", {}).get("weights", {})
+    weights = (reader.stage_digests(step) or {}).get("global", {}).get("weights", {})
     batches = {split_mini_batch(name)[0] for name in weights}
     if batches and None not in batches:
         return len(batches)

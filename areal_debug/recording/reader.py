@@ -146,6 +146,9 @@ class RecordingReader:
         self.num_shards = self.manifest.layout.num_shards
         self.steps_per_epoch = self.manifest.layout.steps_per_epoch
         self._step_meta: dict[int, StepMeta] = {}
+        # step_contents by step: computed from the payloads for a recording
+        # made before the metadata kept them, which a comparison asks twice.
+        self._contents: dict[int, BatchContents] = {}
 
     # -- which steps exist -------------------------------------------------------
     def available_steps(self) -> list[int]:
@@ -298,6 +301,15 @@ class RecordingReader:
             )
         return stages, tensors
 
+    def stage_digests(self, step: int) -> dict[str, Any] | None:
+        """A complete step's stage digests without the kept tensors; None where
+        the step is not complete or has none."""
+        return (
+            self.recorded_stages(step, tensors=False)[0]
+            if self.has_step(step)
+            else None
+        )
+
     def recorded_teacher_logp(self, step: int) -> list[torch.Tensor]:
         """The teacher's log-probs of the step's batch, one tensor per trajectory."""
         import torch
@@ -383,10 +395,22 @@ class RecordingReader:
         """Each sample of the step's batch digested (prompt, completion, reward,
         versions), in batch order: read from the step's metadata, or computed
         from its payloads where it was recorded before the metadata kept them."""
-        parts = [shard.contents for shard in self.step_meta(step).shards]
-        if all(part is not None for part in parts):
-            return BatchContents.joined(parts)
-        return BatchContents.of_batch(self.load_batch(step))
+        if step not in self._contents:
+            parts = [shard.contents for shard in self.step_meta(step).shards]
+            self._contents[step] = (
+                BatchContents.joined(parts)
+                if all(part is not None for part in parts)
+                else BatchContents.of_batch(self.load_batch(step))
+            )
+        return self._contents[step]
+
+    def reading(self, folder: str) -> RecordingReader:
+        """This recording's manifest and layout, reading the steps under
+        ``folder`` (a superseded attempt's), none of this reader's read."""
+        other = copy.copy(self)
+        other.path = folder
+        other._step_meta, other._contents = {}, {}
+        return other
 
     def load_for_head(
         self, step: int, dp_rank: int, dp_size: int
@@ -519,8 +543,5 @@ def superseded_attempts(reader: RecordingReader) -> list[tuple[str, RecordingRea
         folder = inside(reader.path, os.path.join(root, name))
         if not os.path.isdir(folder):
             continue
-        attempt = copy.copy(reader)
-        attempt.path = folder
-        attempt._step_meta = {}
-        out.append((name, attempt))
+        out.append((name, reader.reading(folder)))
     return out

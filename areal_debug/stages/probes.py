@@ -56,10 +56,9 @@ class StageProbes:
         self.ref_forwards: int | None = None
         # Set by the first digest that fails: probing stops, training goes on.
         self.failed: str | None = None
-        # Set by the first mismatch measurement that fails: that alone stops.
-        self.mismatch_failed: str | None = None
-        # Likewise for the optimizer's step count.
-        self.count_failed: str | None = None
+        # The measurements beside the digests (the mismatch, the optimizer's
+        # step count) that failed, with why: each alone stops.
+        self.stopped_aside: dict[str, str] = {}
 
     def _digest(self, what: str, work: Callable[[], None]) -> None:
         """Run one digest step; an error in it never reaches the training step."""
@@ -201,33 +200,37 @@ class StageProbes:
             self.log.keep_only(stage, tokens_name(i), ids.to(torch.int32))
 
     def _measure(self, data: Any, logps: list) -> None:
-        """The mismatch of one compute_logp call; an error in it stops only the
-        mismatch (said once), never the digests or the training step."""
-        if self.mismatch_failed is not None:
-            return
-        try:
-            mismatch.record(data, logps)
-        except Exception as e:  # noqa: BLE001 - the recorder must not kill training
-            self.mismatch_failed = repr(e)
-            logger.error(
-                f"The training-inference mismatch is not measured from here on "
-                f"({self.mismatch_failed}); training and the stage digests go on."
-            )
+        """The mismatch of one compute_logp call."""
+        self._aside(
+            "mismatch",
+            "The training-inference mismatch is not measured",
+            lambda: mismatch.record(data, logps),
+        )
 
     def _count_optimizer_steps(self, engine) -> None:
-        """The step's ``OPTIMIZER_STEPS_STAT``; an error in it stops only the
-        count (said once)."""
-        if self.count_failed is not None:
-            return
-        try:
+        """The step's ``OPTIMIZER_STEPS_STAT``."""
+
+        def count() -> None:
             steps = areal_compat.optimizer_steps(engine)
             if steps is not None:
                 areal_compat.record_scalars(OPTIMIZER_SCOPE, **{OPTIMIZER_STEPS: steps})
+
+        self._aside(
+            "optimizer steps", "The optimizer's step count is not recorded", count
+        )
+
+    def _aside(self, what: str, stopped: str, work: Callable[[], None]) -> None:
+        """A measurement beside the digests: an error in it stops only it (said
+        once, as ``stopped``), never the digests or the training step."""
+        if what in self.stopped_aside:
+            return
+        try:
+            work()
         except Exception as e:  # noqa: BLE001 - the recorder must not kill training
-            self.count_failed = repr(e)
+            self.stopped_aside[what] = repr(e)
             logger.error(
-                f"The optimizer's step count is not recorded from here on "
-                f"({self.count_failed}); training and the stage digests go on."
+                f"{stopped} from here on ({self.stopped_aside[what]}); training and "
+                "the stage digests go on."
             )
 
     def _advantages(self, compute: Callable) -> Callable:

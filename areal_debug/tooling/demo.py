@@ -24,7 +24,7 @@ from pathlib import Path
 from areal_debug import testing
 from areal_debug.compare.report import ReplayReport, read_report
 from areal_debug.inspect.common import cli_command
-from areal_debug.recording.format import STEP_META, step_dirname
+from areal_debug.recording.format import RECORDING_DIRNAME, STEP_META, step_dirname
 from areal_debug.recording.reader import RecordingReader, format_ranges
 from areal_debug.testing import (
     end_process,
@@ -97,8 +97,9 @@ def run_trainer(
     kill_once: Callable[[], bool] | None = None,
 ) -> bool:
     """Run ``cmd``, log to DIR/<name>.log, show step progress. With
-    ``kill_once``, SIGKILL the run's whole session (as a crashed node ends) once
-    it returns True, checked at each line the run logs; whether it was killed."""
+    ``kill_once``, SIGKILL the run and every process it started (as a crashed
+    node ends) once it returns True, checked at each line the run logs; whether
+    it was killed."""
     log_path = workdir / f"{name}.log"
     killed = False
     with open(log_path, "w") as log:
@@ -123,14 +124,12 @@ def run_trainer(
             proc.wait()
         finally:
             end_process(proc)
-    if killed:
-        return True
-    if proc.returncode != 0:
+    if not killed and proc.returncode != 0:
         raise DemoError(
             f"the {name} run failed (exit {proc.returncode}); last lines of "
             f"{log_path}:\n{tail(log_path)}"
         )
-    return False
+    return killed
 
 
 def timed_run(wd: Path, name: str, cmd: list[str], env: dict, steps: int) -> float:
@@ -174,7 +173,7 @@ def interrupted_dump(
 
 
 def _recording(wd: Path) -> Path:
-    return wd / "root" / EXPERIMENT / TRIAL / "areal_debug_recording"
+    return wd / "root" / EXPERIMENT / TRIAL / RECORDING_DIRNAME
 
 
 def say_resume_check(reader: RecordingReader) -> bool:

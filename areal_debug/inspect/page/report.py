@@ -31,7 +31,12 @@ from areal_debug.inspect.common import (
 )
 from areal_debug.inspect.diff import recording_series
 from areal_debug.inspect.listing import pinned_steps
-from areal_debug.inspect.page.steps import Decoder, StepLimits, step_detail
+from areal_debug.inspect.page.steps import (
+    Decoder,
+    StepLimits,
+    finite_or_text,
+    step_detail,
+)
 from areal_debug.inspect.page.two_runs import other_run
 from areal_debug.inspect.plot_recording import RECORDING_METRICS, anomalies
 from areal_debug.inspect.show import load_tokenizer, tokenizer_path_of
@@ -181,7 +186,7 @@ def _run_data(
         "manifest": _manifest(reader),
         "steps": chosen,
         "metrics": metrics,
-        "series": {str(s): _finite_or_text(v) for s, v in series.items()},
+        "series": {str(s): finite_or_text(v) for s, v in series.items()},
         "without_stats": [s for s in chosen if s not in series],
         "incomplete": [s for s in reader.incomplete_steps() if lo <= s <= hi],
         "anomalies": [
@@ -210,11 +215,6 @@ def _manifest(reader: RecordingReader) -> dict[str, Any]:
         "determinism": _jsonable(m.determinism),
         "config": _jsonable(m.config),
     }
-
-
-def _finite_or_text(values: dict[str, float]) -> dict[str, Any]:
-    """JSON has no NaN or inf: those travel as text, which the page marks."""
-    return {k: v if math.isfinite(v) else str(v) for k, v in values.items()}
 
 
 # -- the replay: recorded vs replayed, first divergence, stage report ----------------
@@ -248,7 +248,7 @@ def _replay_data(
         "path": os.path.abspath(found),
         "label": f"replay {os.path.basename(os.path.dirname(os.path.abspath(found)))}",
         "series": {
-            str(s): _finite_or_text(v) for s, v in replayed.items() if s in chosen
+            str(s): finite_or_text(v) for s, v in replayed.items() if s in chosen
         },
         "steps": sorted(replayed),
         "status": {str(e.global_step): e.status for e in report.steps},

@@ -136,13 +136,16 @@ def _group_summary(traj: dict[str, Any], step: int) -> dict[str, Any]:
         else []
     )
     versions = traj.get("versions")
-    vmin = vmax = None
+    # Per row [lowest, highest] version over its generated tokens (None where it
+    # has none); None for a dict without versions.
+    spans = None
     if isinstance(versions, torch.Tensor) and versions.shape == ids.shape:
         usable = generated & (versions >= 0)
         big = torch.iinfo(torch.int64).max
         v = versions.to(torch.int64)
-        vmin = torch.where(usable, v, big).amin(-1).tolist()
-        vmax = torch.where(usable, v, -1).amax(-1).tolist()
+        lows = torch.where(usable, v, big).amin(-1).tolist()
+        highs = torch.where(usable, v, -1).amax(-1).tolist()
+        spans = [None if hi < 0 else [lo, hi] for lo, hi in zip(lows, highs)]
     return {
         "n": n,
         "ids": ids,
@@ -152,8 +155,7 @@ def _group_summary(traj: dict[str, Any], step: int) -> dict[str, Any]:
         "prompt_len": prompt.sum(-1).tolist(),
         "completion_len": generated.sum(-1).tolist(),
         "rewards": reward_list,
-        "vmin": vmin,
-        "vmax": vmax,
+        "versions": spans,
     }
 
 
@@ -164,18 +166,12 @@ def _group_entry(g: int, s: dict[str, Any], step: int) -> dict[str, Any]:
     entry = {"group": g, **_moments(s["rewards"])}
     if not s["n"]:
         return entry
-    stale = None
-    if s["vmin"] is not None:
-        stale = [
-            None if hi < 0 else [step - hi, step - lo]
-            for lo, hi in zip(s["vmin"], s["vmax"])
-        ]
-    rewards = [x if math.isfinite(x) else str(x) for x in s["rewards"]]
+    spans = s["versions"]
     finite = [x for x in s["rewards"] if math.isfinite(x)]
     entry.update(
-        rewards=rewards,
+        rewards=[plain(x) for x in s["rewards"]],
         completion_len=s["completion_len"],
-        staleness=stale,
+        staleness=None if spans is None else [_staleness(step, v) for v in spans],
         no_spread=len(finite) > 1 and max(finite) == min(finite),
     )
     return entry
@@ -220,24 +216,38 @@ def _row(traj, s, g, r, step, limits, decoder, prompts) -> dict[str, Any]:
     if lp is not None:
         for k in masked:
             lp[k] = None
-    vmin = s["vmin"][r] if s["vmin"] is not None and s["vmax"][r] >= 0 else None
-    vmax = s["vmax"][r] if vmin is not None else None
+    versions = s["versions"][r] if s["versions"] is not None else None
     reward = s["rewards"][r] if r < len(s["rewards"]) else None
     return {
         "group": g,
         "row": r,
         "prompt": len(prompts) - 1,
         "completion": _clip(decoder.text(completion_ids)),
-        "reward": reward if reward is None or math.isfinite(reward) else str(reward),
+        "reward": plain(reward),
         "prompt_len": s["prompt_len"][r],
         "completion_len": s["completion_len"][r],
-        "versions": None if vmin is None else [vmin, vmax],
-        "staleness": None if vmin is None else [step - vmax, step - vmin],
+        "versions": versions,
+        "staleness": _staleness(step, versions),
         "tokens": shown,
         "masked": masked,
         "tokens_left_out": len(completion_ids) - len(shown),
         "logp": lp,
     }
+
+
+def _staleness(step: int, versions: list[int] | None) -> list[int] | None:
+    """[least, most] steps behind ``step`` of a row's [lowest, highest] version."""
+    return None if versions is None else [step - versions[1], step - versions[0]]
+
+
+def plain(value: float | None) -> float | str | None:
+    """A number as JSON holds it: a non-finite one by name (JSON has none)."""
+    return value if value is None or math.isfinite(value) else str(value)
+
+
+def finite_or_text(values: dict[str, float]) -> dict[str, Any]:
+    """Statistics by name as JSON holds them (``plain``), which the page marks."""
+    return {k: plain(v) for k, v in values.items()}
 
 
 def _clip(text: str) -> str:

@@ -18,7 +18,12 @@ from typing import Any
 
 from areal_debug.compare.batches import compare_batches, pair_samples
 from areal_debug.inspect.diff import recording_series
-from areal_debug.inspect.page.steps import Decoder, StepLimits, step_detail
+from areal_debug.inspect.page.steps import (
+    Decoder,
+    StepLimits,
+    finite_or_text,
+    step_detail,
+)
 from areal_debug.recording.reader import RecordingReader
 
 
@@ -40,12 +45,15 @@ def other_run(
         pairs, wanted = _pairs_of_rows(ra, rb, step, details[str(step)]["rows"])
         b_details[str(step)] = step_detail(rb, step, limits, decoder, only=wanted)
         compared[str(step)] = {**asdict(result), "pairs": pairs}
+    on_page = set(chosen)
     series = recording_series(rb.path)
     m = rb.manifest
     return {
         "recording": os.path.abspath(rb.path),
         "label": f"b {m.experiment_name}/{m.trial_name}",
-        "series": {str(s): v for s, v in series.items() if s in set(chosen)},
+        "series": {
+            str(s): finite_or_text(v) for s, v in series.items() if s in on_page
+        },
         "steps": rb.available_steps(),
         "first_step": batches.first_step,
         "first_parts": batches.first_parts,

@@ -404,7 +404,7 @@ function showGroup(g, fromLink) {
       r ? el("div", { class: "card-text" }, r.completion.slice(0, 240)) : el("div", { class: "muted" }, "not on this page (--max-per-step)"),
     ];
     return el("div", { class: "card" + (r ? " open" : ""), "data-sample": k,
-      onclick: r ? () => showTrajectory(r, document.querySelector(`#traj-rows tr[data-i="${r.i}"]`)) : null }, lines);
+      onclick: r ? () => openTrajectory(r) : null }, lines);
   });
   const prompt = rows.length ? d.prompts[rows[0].prompt] : null;
   add(box, el("h2", {}, `Step ${current.step}, group ${g}: ${group.n} samples of one prompt`),
@@ -467,6 +467,12 @@ function colour(lp) {
   const [a, b, u] = t < 1 / 3 ? [c0, c1, t * 3] : [c1, c2, (t - 1 / 3) * 1.5];
   return `rgb(${mix(a[0], b[0], u)},${mix(a[1], b[1], u)},${mix(a[2], b[2], u)})`;
 }
+// A token's text as the page shows it: its piece, or <id> where none was kept.
+const pieceOf = (id) => (D.vocab[id] !== undefined ? D.vocab[id] : `<${id}>`);
+// A trajectory of the step shown, its row in the table selected.
+function openTrajectory(r, fromLink) {
+  showTrajectory(r, document.querySelector(`#traj-rows tr[data-i="${r.i}"]`), fromLink);
+}
 function showTrajectory(r, tr, fromLink) {
   for (const x of document.querySelectorAll("tr.row.sel")) x.classList.remove("sel");
   if (tr) tr.classList.add("sel");
@@ -493,7 +499,7 @@ function showTrajectory(r, tr, fromLink) {
     tokens.replaceChildren(el("span", { class: "prompt", title: "prompt: outside the loss, in no figure" }, d.prompts[r.prompt]));
     const masked = new Set(r.masked || []);
     r.tokens.forEach((id, k) => {
-      const text = D.vocab[id] !== undefined ? D.vocab[id] : `<${id}>`;
+      const text = pieceOf(id);
       if (masked.has(k)) {
         // Outside the loss after the prompt (a tool's output, an observation):
         // in place, dimmed, in no figure.
@@ -571,7 +577,7 @@ function search(q) {
 }
 function openFound(s, r) {
   showStep(s);
-  showTrajectory(r, document.querySelector(`#traj-rows tr[data-i="${r.i}"]`));
+  openTrajectory(r);
 }
 
 // -- two recordings: a trajectory's pair in b, aligned ---------------------------------------
@@ -589,12 +595,11 @@ function alignedB(r) {
   let k = 0;
   while (k < n && r.tokens[k] === b.tokens[k]) k++;
   const same = k === n && r.tokens.length === b.tokens.length;
-  const piece = (id) => (D.vocab[id] !== undefined ? D.vocab[id] : `<${id}>`);
   const strip = (row, id) => el("div", { class: "tokens", id }, row.tokens.map((t, j) =>
-    el("span", { class: "tok" + (j === k && !same ? " first-diff" : "") + ((row.masked || []).includes(j) ? " masked" : "") }, piece(t))));
+    el("span", { class: "tok" + (j === k && !same ? " first-diff" : "") + ((row.masked || []).includes(j) ? " masked" : "") }, pieceOf(t))));
   const note = same
     ? `The same ${n} completion tokens in a and b` + (r.tokens_left_out || b.tokens_left_out ? " (as far as this page holds them)." : ".")
-    : `First differing completion token: ${k} (a: ${k < r.tokens.length ? piece(r.tokens[k]) : "ended"}, b: ${k < b.tokens.length ? piece(b.tokens[k]) : "ended"}), outlined in both.`;
+    : `First differing completion token: ${k} (a: ${k < r.tokens.length ? pieceOf(r.tokens[k]) : "ended"}, b: ${k < b.tokens.length ? pieceOf(b.tokens[k]) : "ended"}), outlined in both.`;
   add(box, el("h2", {}, `Its pair in ${O.label}: group ${p.group}, sample ${p.sample}`),
     el("p", { id: "pair-note", class: same ? "muted" : "divergence" }, note,
       ` Reward a ${fmt(r.reward)}, b ${fmt(b.reward)}.`),
@@ -675,8 +680,7 @@ function follow(hash) {
     if (!r) missing(`The link names trajectory #${want.traj} of step ${s}, which this page does not hold.`);
   }
   if (!r) return;
-  const tr = document.querySelector(`#traj-rows tr[data-i="${r.i}"]`);
-  showTrajectory(r, tr, true);
+  openTrajectory(r, true);
 }
 
 header(); verdict(); notes(); legend(); charts(); steps(); stageReport(); manifest();
