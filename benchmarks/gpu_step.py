@@ -152,9 +152,11 @@ class ModelStep:
         self.params = list(self.model.named_parameters())
         self.digest_s = 0.0
         self.by_stage: dict[str, float] = {}
+        self.bytes_by_stage: dict[str, int] = {}
 
-    def _digest(self, add: Callable[[], None], stage: str) -> None:
-        """Run one digest call, timed between device synchronisations."""
+    def _digest(self, add: Callable[[], None], stage: str, read: int = 0) -> None:
+        """Run one digest call, timed between device synchronisations; ``read``:
+        the bytes of the tensors it digests (each read once at the least)."""
         self.device.sync()
         t0 = time.perf_counter()
         add()
@@ -162,6 +164,7 @@ class ModelStep:
         took = time.perf_counter() - t0
         self.digest_s += took
         self.by_stage[stage] = self.by_stage.get(stage, 0.0) + took
+        self.bytes_by_stage[stage] = self.bytes_by_stage.get(stage, 0) + read
 
     def _logp(self, ids: torch.Tensor) -> torch.Tensor:
         logits = self.model(input_ids=ids).logits[:, :-1].float()
@@ -170,7 +173,7 @@ class ModelStep:
     def run(self) -> tuple[float, float]:
         """(training seconds, digest seconds) of one step."""
         s, log = self.shape, StageLog()
-        self.digest_s, self.by_stage = 0.0, {}
+        self.digest_s, self.by_stage, self.bytes_by_stage = 0.0, {}, {}
         self.device.sync()
         t0 = time.perf_counter()
         with torch.no_grad():
@@ -181,11 +184,13 @@ class ModelStep:
                 ]
             )
         rows = [(trajectory_name(i), t, 0) for i, t in enumerate(old)]
-        self._digest(lambda: log.add_many("logp", rows), "logp")
+        self._digest(lambda: log.add_many("logp", rows), "logp", _size(old))
         adv = (self.rewards - self.rewards.mean()) / (self.rewards.std() + 1e-6)
         advantages = adv[:, None].expand_as(old).contiguous()
         rows = [(trajectory_name(i), t, 0) for i, t in enumerate(advantages)]
-        self._digest(lambda: log.add_many("advantages", rows), "advantages")
+        self._digest(
+            lambda: log.add_many("advantages", rows), "advantages", _size(advantages)
+        )
         per_mb = s.sequences // s.mini_batches
         for mb in range(s.mini_batches):
             for i in range(mb * per_mb, (mb + 1) * per_mb, s.micro_batch):
@@ -195,20 +200,77 @@ class ModelStep:
                 loss = -torch.min(ratio * a, ratio.clamp(0.8, 1.2) * a).mean()
                 name = mini_batch_name(mb, f"micro-batch {i}")
                 self._digest(
-                    lambda: log.add("loss", name, loss.detach(), value=True), "loss"
+                    lambda: log.add("loss", name, loss.detach(), value=True),
+                    "loss",
+                    _size(loss),
                 )
                 (loss * s.micro_batch / per_mb).backward()
             grads = [(mini_batch_name(mb, n), p.grad, 0) for n, p in self.params]
-            self._digest(lambda: log.add_many("grads", grads, norm=True), "grads")
+            self._digest(
+                lambda: log.add_many("grads", grads, norm=True),
+                "grads",
+                sum(_size(g) for _, g, _ in grads),
+            )
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
             self.opt.step()
             self.opt.zero_grad(set_to_none=True)
             weights = [(mini_batch_name(mb, n), p, 0) for n, p in self.params]
-            self._digest(lambda: log.add_many("weights", weights), "weights")
+            self._digest(
+                lambda: log.add_many("weights", weights),
+                "weights",
+                sum(_size(w) for _, w, _ in weights),
+            )
         self._digest(log.to_host, "to host")
         self.device.sync()
         wall = time.perf_counter() - t0
         return wall - self.digest_s, self.digest_s
+
+
+def _size(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _amount(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.2f} MiB"
+
+
+def copy_rate(device: Device) -> float:
+    """Bytes a second the device reads in its own copy (``dst.copy_(src)``, each
+    byte read once and written once): the speed a digest reading each byte once
+    would reach at best. A buffer far larger than any cache, best of five."""
+    n = (1 << 30) if device.cuda else (64 << 20)
+    src = torch.empty(n, dtype=torch.uint8, device=device.name).random_(256)
+    dst = torch.empty_like(src)
+    best = float("inf")
+    for _ in range(6):  # the first is a warm-up
+        device.sync()
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        device.sync()
+        best = min(best, time.perf_counter() - t0)
+    return n / best
+
+
+def digest_rates(step: ModelStep, copy: float) -> str:
+    """The stage digests' read rate (bytes digested over their seconds) as a share
+    of the device's copy rate, in all and per stage: how far the digests are from
+    a single read of what they digest."""
+    parts = []
+    for stage, seconds in step.by_stage.items():
+        read = step.bytes_by_stage.get(stage, 0)
+        if read and seconds > 0:
+            parts.append(
+                f"{stage} {_amount(read)} in {seconds * 1e3:.1f} ms "
+                f"({read / seconds / copy:.3g})"
+            )
+    read = sum(step.bytes_by_stage.values())
+    return (
+        f"the stage digests read {_amount(read)} a step at "
+        f"{_amount(read / step.digest_s)}/s: {read / step.digest_s / copy:.3g} "
+        f"of the device's copy rate ({_amount(copy)}/s, measured here), "
+        f"a single read would take {read / copy * 1e3:.1f} ms of their "
+        f"{step.digest_s * 1e3:.1f} ms; by stage: {', '.join(parts)}"
+    )
 
 
 def device_batch(shape: Shape, device: Device) -> list[dict]:
@@ -266,6 +328,7 @@ def main(argv=None) -> int:
     device = Device(args.device)
     shape_name = args.shape or ("qwen2.5-1.5b" if device.cuda else "small")
     shape = SHAPES[shape_name]
+    copy = copy_rate(device)  # before the model takes the device's memory
     step = ModelStep(shape, device)
     params = sum(p.numel() for _, p in step.params)
     batch = device_batch(shape, device)
@@ -294,6 +357,8 @@ def main(argv=None) -> int:
             return train, digest, blocked, stored
 
         runs = repeat(measure, args.runs)
+    # The last step's: every step digests the same bytes.
+    print(f"# {digest_rates(step, copy)}", flush=True)
     # Gradients for the check (each mini-batch's optimizer step drops its own).
     step.model(input_ids=step.ids[:1]).logits.float().mean().backward()
     print(f"# {digests_match_the_cpus(step, batch)}", flush=True)

@@ -38,6 +38,10 @@ def test_bench_gpu_prints_every_figure_on_cpu():
     lines = run.stdout.splitlines()
     figures = {m["name"]: m for m in map(FIGURE.match, lines) if m}
     assert sorted(figures) == sorted(NAMES), run.stdout + run.stderr[-3000:]
+    # The digests' read rate against the device's own copy, in all and by stage.
+    rate = [line for line in lines if line.startswith("# the stage digests read ")]
+    assert len(rate) == 1 and "of the device's copy rate" in rate[0], run.stdout
+    assert all(f"{stage} " in rate[0] for stage in ("logp", "grads", "weights"))
     context = [line for line in lines if line.startswith("# CPU")]
     assert len(context) == 1 and "small, " in context[0], run.stdout
     for m in figures.values():
