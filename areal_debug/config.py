@@ -23,6 +23,7 @@ from areal_debug.recording.format import (
     REPLAY_REPORT_NAME,
     ZSTD_LEVELS,
     Codec,
+    StepRanges,
     recording_below,
 )
 from areal_debug.recording.retention import parse_steps
@@ -226,6 +227,19 @@ class DebugConfig:
             "about a recorded batch's size again per step."
         },
     )
+    layer_digests: str = field(
+        default="pinned",
+        metadata={
+            "help": "Dump and replay: below the log-probs stage, digest each decoder "
+            "layer's output (and its norms', attention's and MLP's), the final "
+            "norm's and the logits', per sample, in the forward pass that "
+            "computes the step's log-probs, so a replay whose log-probs differ "
+            "names the first layer, sample and token that does. true, false, "
+            "pinned (the steps of debug.pin_steps) or steps ('0-9,50'). A replay "
+            "also digests every step whose recording has them. SPMD and "
+            "single-controller mode (FSDP engines). Needs debug.stage_digests."
+        },
+    )
     record_trainer_logp: bool = field(
         default=True,
         metadata={
@@ -292,6 +306,15 @@ class DebugConfig:
         },
     )
 
+    def layer_digests_at(self, step: int) -> bool:
+        """Whether debug.layer_digests asks for step ``step``'s layers."""
+        spec = str(self.layer_digests).strip().lower()
+        if spec in _LAYER_DIGESTS_ALWAYS:
+            return _LAYER_DIGESTS_ALWAYS[spec]
+        if spec == "pinned":
+            return step in set(self.pin_steps or ())
+        return step in StepRanges.parse(spec, "debug.layer_digests=")
+
     def kept_stage_tensors(self) -> frozenset[str]:
         """The stages whose full per-token tensors a run keeps."""
         if self.record_stage_tensors:
@@ -341,6 +364,14 @@ class DebugConfig:
                 f"debug.max_disk_gb must be > 0 (or null), got {self.max_disk_gb}."
             )
         parse_steps(self.record_steps)  # raises ValueError naming the bad part
+        spec = str(self.layer_digests).strip().lower()
+        if spec not in (*_LAYER_DIGESTS_ALWAYS, "pinned"):
+            try:
+                StepRanges.parse(spec or "-", "debug.layer_digests=")
+            except ValueError as e:
+                raise DebugConfigError(
+                    f"{e} debug.layer_digests is true, false, pinned or steps."
+                ) from None
         for text in self.anomaly_thresholds:
             parse_threshold(text)
         if self.anomaly_context_steps < 0:
@@ -596,6 +627,11 @@ def agree_argv_with_allocation(argv: list[str]) -> list[str]:
     for note in allocation.notes:
         logger.info(note)
     return allocation.argv(argv)
+
+
+# debug.layer_digests' words for every step and none (YAML's true reaches a str
+# field as "True").
+_LAYER_DIGESTS_ALWAYS = {"true": True, "false": False}
 
 
 class DebugConfigError(ValueError):

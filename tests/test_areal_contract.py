@@ -585,6 +585,25 @@ def _():
     assert "self.model = " in source(FSDPEngine)
 
 
+@check(
+    "engines",
+    "engine_model: FSDPEngine.model runs each micro-batch packed, "
+    "self.model(**inputs) with cu_seq_lens_q (the layer digests cut it there)",
+)
+def _():
+    from areal.engine.fsdp_engine import FSDPEngine
+
+    # stages/layers.py hooks the module engine_model returns and reads the
+    # packed row's sequence boundaries from the forward's keyword arguments.
+    assert "outputs = self.model(**inputs)" in source(FSDPEngine.forward_backward_batch)
+    prepare = source(FSDPEngine._prepare_mb_list)
+    assert 'padded_mb["cu_seq_lens_q"] = ' in prepare
+    assert "pack_tensor_dict(mb)" in prepare  # one row per micro-batch
+    engine = FSDPEngine.__new__(FSDPEngine)
+    engine.model = object()
+    assert areal_compat.engine_model(engine) is engine.model
+
+
 def calls_to(tree: ast.AST, receiver: str, method: str) -> list[ast.Call]:
     return [
         node

@@ -89,6 +89,8 @@ def test_demo_records_and_replays_bit_for_bit(tmp_path):
             str(wd),
             "--steps",
             str(STEPS),
+            # Step 0's layers, for the what-if replay below.
+            "debug.layer_digests=0",
         ],
         capture_output=True,
         text=True,
@@ -137,6 +139,18 @@ def what_if_closes_the_step_0_gap(wd) -> None:
     assert step0["recorded"]["abs_diff/max"] > 0.05, step0["recorded"]
     assert step0["replayed"]["abs_diff/max"] < 1e-6, step0["replayed"]
     assert step0["replayed_tokens"] == step0["tokens"]
+    # Below the log-probs (issue 59): where the gap starts is layer 0's
+    # attention, at the first token of a sequence the dump run packed behind
+    # another (a row after the first of the trainer's trajectory), named in
+    # the recorded batch's numbering.
+    (report,) = (wd / "root" / "logs").rglob("unpacked/replay_report.json")
+    report = json.loads(report.read_text())
+    logp = report["steps"][0]["stages"]["logp"]
+    layers = logp["layers"]
+    assert layers["module"] == "model.layers.0.self_attn", layers
+    assert layers["token"] == 0 and layers["sample"] >= 1
+    assert f"group {layers['group']} sample {layers['group_sample']}" in logp["below"]
+    assert "logp (first at model.layers.0.self_attn, group " in report["headline"]
 
 
 @pytest.mark.scheduler

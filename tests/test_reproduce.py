@@ -53,6 +53,14 @@ def test_restored_rng_makes_dropout_replay_bitwise(spmd_d1, spmd_d1_replay):
         }
         assert all(s["status"] == "identical" for s in entry["stages"].values())
         assert entry["stages"]["weights"]["compared"] > 0
+        # Step 0's layers (debug.layer_digests=0 in the dump; the replay digests
+        # every step the recording has them of), identical too: 2 layers of 5
+        # modules, the final norm and the logits.
+        layers = entry["stages"]["logp"].get("layers")
+        if entry["global_step"] == 0:
+            assert layers["status"] == "identical" and layers["modules"] == 12
+        else:
+            assert layers is None
     assert "Every stage identical at every step" in spmd_d1_replay.log
 
 

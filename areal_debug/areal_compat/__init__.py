@@ -66,6 +66,7 @@ SUBJECTS: dict[str, tuple[str, ...]] = {
         "stage_engine_classes",
         "stage_engines",
         "engine_named_parameters",
+        "engine_model",
         "optimizer_steps",
         "inference_engine_interface",
         "ROLLOUT_ENGINE_CALLERS",

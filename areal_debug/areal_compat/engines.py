@@ -66,6 +66,12 @@ def engine_named_parameters(engine: Any) -> list[tuple[str, Any]]:
     return list(model.named_parameters()) if model is not None else []
 
 
+def engine_model(engine: Any) -> Any:
+    """The engine's model (FSDPEngine.model, as engine_named_parameters reads it):
+    the module whose forward computes the log-probs; None for an engine without."""
+    return getattr(engine, "model", None)
+
+
 def optimizer_steps(engine: Any) -> int | None:
     """How many steps the engine's optimizer has taken: torch's optimizers keep
     the count per parameter as state "step" (the AdamW of FSDPEngine.optimizer in

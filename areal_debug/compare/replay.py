@@ -7,6 +7,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from areal_debug.compare.layers import PlaceOf, batch_places
 from areal_debug.compare.report import TopologyChange
 from areal_debug.compare.stages import compare_model, compare_stages
 from areal_debug.compare.statistics import StatsComparison, timing_stats, training_stats
@@ -15,6 +16,7 @@ from areal_debug.logs import get_logger
 from areal_debug.recording.atomic import atomic_write_json
 from areal_debug.recording.format import (
     REPLAY_STAGES_DIRNAME,
+    RecordingError,
     step_dirname,
 )
 from areal_debug.recording.manifest import Layout
@@ -99,7 +101,13 @@ class ReplayComparison:
         recorded, recorded_tensors = self._recorded_stages(step)
         same_layout = not self.report.topology.changed
         compared = compare_stages(
-            recorded, stages, same_layout, recorded_tensors, tensors
+            recorded,
+            stages,
+            same_layout,
+            recorded_tensors,
+            tensors,
+            # The batch is read only where a layer differs (a lazy place_of).
+            lambda *sample: self._places(step, recorded_tensors)(*sample),
         )
         if "ref_logp" in compared:
             # Whether the reference model ran, and how often: the evidence for
@@ -108,6 +116,13 @@ class ReplayComparison:
             compared["ref_logp"]["reference_forwards"] = ref_forwards
         self._stages[step] = compared
         self._keep_stages(step, stages)
+
+    def _places(self, step: int, recorded_tensors) -> PlaceOf:
+        try:
+            batch = self.reader.load_batch(step)
+        except RecordingError:
+            return lambda *sample: None  # named by the trainer's numbering only
+        return batch_places(batch, recorded_tensors)
 
     def _keep_stages(self, step: int, stages) -> None:
         """The replay's own digests of the step beside its report (small: sums per

@@ -136,6 +136,9 @@ class ReplayReport:
             staged, first = self.first_stage_divergence(), self.first_divergence()
             if staged:
                 where = f" ({staged['where']})" if staged.get("where") else ""
+                if staged.get("below"):
+                    # The layer under the stage: where in the model it starts.
+                    where = f" (first at {staged['below']})"
                 text = f"left the recording at step {staged['step']}: {staged['stage']}{where}"
             else:
                 text = (

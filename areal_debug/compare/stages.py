@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from areal_debug.compare.layers import PlaceOf, compare_layers
 from areal_debug.stages.names import (
     GLOBAL_STAGES,
     MODEL_STAGE,
@@ -41,9 +42,12 @@ def compare_stages(
     same_layout: bool,
     recorded_tensors: dict[str, torch.Tensor] | None = None,
     replayed_tensors: dict[str, torch.Tensor] | None = None,
+    place_of: PlaceOf | None = None,
 ) -> dict[str, dict[str, Any]]:
     """``{stage: {"status", "compared", "differing", "where", ...}}`` in step order,
-    for every stage either side has (the committed stats are compared elsewhere)."""
+    for every stage either side has (the committed stats are compared elsewhere);
+    the layers under the log-probs in its ``"layers"`` (``compare_layers``, its
+    samples named by ``place_of`` where given)."""
     if recorded is None:
         return {}
     out: dict[str, dict[str, Any]] = {}
@@ -74,7 +78,30 @@ def compare_stages(
         out[stage] = _compare_ranks(
             stage, rec_ranks, rep_ranks, recorded_tensors, replayed_tensors
         )
+    if same_layout and "logp" in out:
+        _below_logp(
+            out["logp"],
+            recorded,
+            replayed,
+            recorded_tensors,
+            replayed_tensors,
+            place_of,
+        )
     return out
+
+
+def _below_logp(result: dict, recorded, replayed, rec_t, rep_t, place_of) -> None:
+    """The layers under the log-probs (``compare_layers``) where either side
+    digested them: ``result["layers"]``, and where both the log-probs and a layer
+    differ, ``result["below"]``: the first layer, sample and token."""
+    layers = compare_layers(
+        recorded.get("ranks", []), replayed.get("ranks", []), rec_t, rep_t, place_of
+    )
+    if layers is None:
+        return
+    result["layers"] = layers
+    if layers["status"] == Verdict.DIFFERS and result["status"] == Verdict.DIFFERS:
+        result["below"] = layers["where"]
 
 
 def compare_model(
@@ -293,7 +320,8 @@ def describe(step: int, stages: dict[str, dict[str, Any]]) -> str:
             )
         else:
             where = r["where"]
-            parts.append(f"{stage} differs first at {where}{_by(r)}")
+            below = f"; below it, first at {r['below']}" if r.get("below") else ""
+            parts.append(f"{stage} differs first at {where}{_by(r)}{below}")
     return f"step {step}: " + "; ".join(parts) if parts else f"step {step}: no stages"
 
 

@@ -20,6 +20,7 @@ import torch
 
 from areal_debug.recording.format import RecordingError
 from areal_debug.recording.reader import RecordingReader
+from areal_debug.stages.layers import sample_tokens, token_key
 from areal_debug.stages.names import StageTensorKey, tokens_index, trajectory_name
 
 # Where a recorded row sits in the step's batch: (group, row).
@@ -82,7 +83,7 @@ def stage_rows(
             continue
         waiting = queues.setdefault(stage, {k: list(v) for k, v in recorded.items()})
         for j in range(ids.shape[0]):
-            queue = waiting.get(row_key(ids[j][ids[j] >= 0]))
+            queue = waiting.get(token_key(ids[j][ids[j] >= 0]))
             if not queue:
                 continue
             place = queue.pop(0)
@@ -95,21 +96,9 @@ def recorded_rows(batch: list) -> dict[bytes, list[Place]]:
     """{tokens: the recorded rows with exactly those tokens, in batch order}."""
     rows: dict[bytes, list[Place]] = {}
     for g, traj in enumerate(batch):
-        ids = traj.get("input_ids") if isinstance(traj, dict) else None
-        if not isinstance(ids, torch.Tensor):
-            continue
-        ids = ids.reshape(1, -1) if ids.dim() == 1 else ids
-        mask = traj.get("attention_mask")
-        for r in range(ids.shape[0]):
-            row = ids[r]
-            if isinstance(mask, torch.Tensor) and mask.shape == ids.shape:
-                row = row[mask[r].bool()]
-            rows.setdefault(row_key(row), []).append((g, r))
+        for r, tokens in enumerate(sample_tokens(traj)):
+            rows.setdefault(token_key(tokens), []).append((g, r))
     return rows
-
-
-def row_key(row: torch.Tensor) -> bytes:
-    return row.to(torch.int64).numpy().tobytes()
 
 
 # -- the worst tokens ------------------------------------------------------------------

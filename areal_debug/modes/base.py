@@ -188,6 +188,10 @@ class ActiveMode(DebugMode):
                 self.uses_recorded_ref(),
             )
 
+    def wants_layer_digests(self, step: int) -> bool:
+        """Whether the log-prob forward pass of step ``step`` digests the layers."""
+        return self.debug.layer_digests_at(step)
+
     def uses_recorded_ref(self) -> bool:
         """The reference's recorded log-probs stand in for its forward pass."""
         return False
@@ -222,6 +226,10 @@ class ActiveMode(DebugMode):
             batch = prepare_batch(*args, **kwargs)
             step = self.clock.advance()
             self.on_batch_ready(step)
+            if self.stage_probes is not None:
+                self.topology.digest_layers(
+                    self.stage_probes, self.wants_layer_digests(step)
+                )
             if not self._model_digested:
                 self._digest_model(step)
             return batch

@@ -42,6 +42,7 @@ from areal_debug.modes.replay_setup import (
 from areal_debug.modes.step_clock import StepClockError
 from areal_debug.recording.reader import RecordingReader
 from areal_debug.replay_plan import ReplayPlan
+from areal_debug.stages.names import LAYERS_STAGE
 
 logger = get_logger("DebugReplay")
 
@@ -230,6 +231,14 @@ class ReplayMode(ActiveMode):
                 f"Replay: RNG states not restored at step {step} ({problem}); "
                 "training-side randomness (dropout) may differ."
             )
+
+    def wants_layer_digests(self, step: int) -> bool:
+        # Where the recording has them, so that they compare; and where asked.
+        recorded, _ = self._recorded_stages(step)
+        ranks = (recorded or {}).get("ranks", [])
+        return any(LAYERS_STAGE in r for r in ranks) or super().wants_layer_digests(
+            step
+        )
 
     def on_step_stages(self, step: int, stages, tensors, ref_forwards) -> None:
         self.comparison.add_stages(

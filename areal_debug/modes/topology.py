@@ -143,6 +143,9 @@ class Topology:
     def hand_over_ref_logp(self, probes, step: int, tensors: dict) -> None:
         """Give the reference engines the step's recorded log-probs."""
 
+    def digest_layers(self, probes, on: bool) -> None:
+        """Whether the actor's engines digest its layers from this step on."""
+
     def gather_stages(self, trainer, probes) -> list | None:
         """Every rank's ``StageRecord`` of the step on the coordinator (None
         elsewhere)."""
@@ -195,6 +198,9 @@ class SpmdTopology(Topology):
 
     def hand_over_ref_logp(self, probes, step: int, tensors: dict) -> None:
         probes.recorded_ref.hand_over(step, tensors)
+
+    def digest_layers(self, probes, on: bool) -> None:
+        probes.layers = on
 
     def gather_stages(self, trainer, probes) -> list | None:
         return self._gather(trainer, probes.take())
@@ -327,6 +333,9 @@ class SingleControllerTopology(Topology):
 
     def hand_over_ref_logp(self, probes, step: int, tensors: dict) -> None:
         probes.hand_over_ref_logp(step, tensors)
+
+    def digest_layers(self, probes, on: bool) -> None:
+        probes.digest_layers(on)
 
     def gather_stages(self, trainer, probes) -> list | None:
         return probes.take()

@@ -48,6 +48,11 @@ class StageProbedEngine:
         """The step's recorded reference log-probs (``encode_tensors``, all ranks')."""
         self._stage_probes.recorded_ref.hand_over(step, decode_tensors(text))
 
+    def digest_layers(self, on: bool) -> None:
+        """Digest the layers in the log-prob forward passes from now on, or not."""
+        if self._stage_probes is not None:
+            self._stage_probes.layers = bool(on)
+
     def digest_model(self) -> list[dict[str, list] | None]:
         """Every rank's digests of this (actor) engine's weights as the run's
         first step starts (``StageProbes.digest_model``), gathered over its ranks."""
@@ -97,6 +102,8 @@ class WorkerStageProbes:
 
     def __init__(self):
         self.controllers: list[tuple[str, Any]] = []
+        # What the actor's workers were last told (an RPC only when it changes).
+        self._layers = False
 
     def probe(self, role: str, controller) -> str | None:
         """Have ``controller``'s workers build the probed form of its engine class
@@ -128,6 +135,14 @@ class WorkerStageProbes:
                     step,
                     encode_tensors(tensors),
                 )
+
+    def digest_layers(self, on: bool) -> None:
+        if on == self._layers:
+            return
+        self._layers = on
+        for role, controller in self.controllers:
+            if role == "actor":
+                _call_engines(controller, StageProbedEngine.digest_layers, on)
 
     def digest_model(self) -> list | None:
         """The actor's workers' digests of its weights (every rank's), None where

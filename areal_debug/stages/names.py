@@ -96,6 +96,39 @@ def step_order(stages: dict[str, dict[str, Any]]) -> list[str]:
     return sorted((s for s in STAGES if s in stages), key=position)
 
 
+# Below the log-probs: each decoder layer's output per sample, digested in the
+# forward pass that computes them (stages/layers.py). A per-rank stage compared
+# only where the log-probs are, never a step's first divergent stage itself: it
+# says where in the model the log-probs' difference starts.
+LAYERS_STAGE = "layers"
+_SAMPLE = " sample "
+
+
+_AT = "@"
+
+
+def layer_entry_name(trajectory: int, sample: int, position: int, module: str) -> str:
+    """``"trajectory T sample S @P <module>"``: sample S (row) of trajectory T (the
+    log-probs stage's entry) at the output of ``module``, the P-th module the
+    forward pass ran (stages.json does not keep the order of its entries)."""
+    return f"{trajectory_name(trajectory)}{_SAMPLE}{sample} {_AT}{position} {module}"
+
+
+def split_layer_entry(name: str) -> tuple[int, int, int, str] | None:
+    """``layer_entry_name`` undone: ``(trajectory, sample, position, module)``;
+    None for another name."""
+    head, sep, rest = name.partition(_SAMPLE)
+    trajectory = trajectory_index(head)
+    sample, _, rest = rest.partition(" ")
+    position, _, module = rest.partition(" ")
+    position = position.removeprefix(_AT)
+    if not (sep and trajectory is not None and sample.isdigit() and module):
+        return None
+    if not position.isdigit():
+        return None
+    return trajectory, int(sample), int(position), module
+
+
 # What names a kept row identity (the trajectory's tokens) after its index.
 _TOKENS = " tokens"
 

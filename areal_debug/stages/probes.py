@@ -13,9 +13,10 @@ the recorded one?). ``take()`` hands over one step's ``StageRecord``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -23,7 +24,9 @@ import torch
 from areal_debug import areal_compat
 from areal_debug.logs import get_logger
 from areal_debug.stages import mismatch
+from areal_debug.stages.layers import LayerDigests
 from areal_debug.stages.names import (
+    LAYERS_STAGE,
     MODEL_STAGE,
     OPTIMIZER_SCOPE,
     OPTIMIZER_STEPS,
@@ -57,8 +60,11 @@ class StageProbes:
         # Set by the first digest that fails: probing stops, training goes on.
         self.failed: str | None = None
         # The measurements beside the digests (the mismatch, the optimizer's
-        # step count) that failed, with why: each alone stops.
+        # step count, the layer digests) that failed, with why: each alone stops.
         self.stopped_aside: dict[str, str] = {}
+        # Digest the actor's layers in this step's log-prob forward pass
+        # (debug.layer_digests; set before each step by the mode).
+        self.layers = False
 
     def _digest(self, what: str, work: Callable[[], None]) -> None:
         """Run one digest step; an error in it never reaches the training step."""
@@ -175,14 +181,40 @@ class StageProbes:
 
             def measured(*args, **kwargs):
                 self._count_optimizer_steps(engine)
-                out = inner(*args, **kwargs)
                 data = args[0] if args else kwargs.get("data")
+                with self._layers_digested(engine, data):
+                    out = inner(*args, **kwargs)
                 self._measure(data, _as_list(out))
                 return out
 
             return measured
 
         return make
+
+    @contextlib.contextmanager
+    def _layers_digested(self, engine, data: Any) -> Iterator[None]:
+        """The actor's forward pass with its layers digested (stages/layers.py),
+        when this step asks for them."""
+        model = areal_compat.engine_model(engine)
+        what = "layer digests"
+        if (
+            not self.layers
+            or model is None
+            or self.failed
+            or what in self.stopped_aside
+        ):
+            yield
+            return
+        layers = LayerDigests(self.log, data)
+        with layers.hooked(model):
+            yield
+        if layers.error is not None:
+            # A partial stage would compare as differing: none this step.
+            self.log.entries.pop(LAYERS_STAGE, None)
+            self.log.tensors = {
+                k: t for k, t in self.log.tensors.items() if k[0] != LAYERS_STAGE
+            }
+            self._aside(what, "The layers are not digested", _raise(layers.error))
 
     def _keep_tokens(self, stage: str, data: Any) -> None:
         """Each trajectory's tokens beside its kept values (-1 outside its
@@ -350,6 +382,13 @@ def stage_methods(role: str) -> tuple[str, ...]:
     if role == "actor":
         methods += areal_compat.STAGE_METHODS["actor_engine"]
     return methods
+
+
+def _raise(error: str) -> Callable[[], None]:
+    def again() -> None:
+        raise RuntimeError(error)
+
+    return again
 
 
 def _as_list(out: Any) -> list:

@@ -143,6 +143,11 @@ class StageLog:
         a row (its tokens), not a result a replay compares."""
         self._keep(stage, name, t)
 
+    def keep_always(self, stage: str, name: str, t: torch.Tensor) -> None:
+        """Keep ``t`` (small, on the host) whatever ``keep`` says: the per-token
+        digests a stage took because they were cheap (stages/layers.py)."""
+        self.tensors[(stage, name)] = t
+
     def to_host(self) -> dict[str, dict[str, list]]:
         """Plain values, one device-to-host transfer per device: ``{stage: {name:
         [hex, norm|value|None]}}``; global stages carry ``[s1, s2, sumsq]`` still

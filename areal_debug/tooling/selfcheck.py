@@ -95,12 +95,12 @@ class StepVerdict:
             b = self.between or {}
             return (
                 f"step {self.step}: {b.get('stage', '?')} not repeatable here (first: "
-                f"{b.get('where', '?')})"
+                f"{b.get('where', '?')}{_below(b)})"
             )
         text = f"step {self.step}: {self.verdict}"
         if self.verdict == REPEATS_NOT_THE_RECORDING and self.recording:
             r = self.recording
-            text += f" (first: {r.get('stage')} at {r.get('where')})"
+            text += f" (first: {r.get('stage')} at {r.get('where')}{_below(r)})"
         return (
             f"{text}; {self.stages_compared} stage(s) and "
             f"{self.metrics_compared} statistics compared between the two replays"
@@ -116,6 +116,11 @@ class StepVerdict:
             "stages_compared": self.stages_compared,
             "metrics_compared": self.metrics_compared,
         }
+
+
+def _below(stage: dict[str, Any]) -> str:
+    """Where under the stage it starts: the first layer (the log-probs' layers)."""
+    return f"; below it, first at {stage['below']}" if stage.get("below") else ""
 
 
 @dataclass

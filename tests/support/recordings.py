@@ -108,6 +108,9 @@ def spmd_d1(tmp_path_factory, tiny_assets) -> Recorded:
             "++recover.freq_steps=1",
             # Fires at every step: the anomaly hook in a real run (files only).
             f"debug.anomaly_thresholds=['{ANOMALY_THRESHOLD}']",
+            # Step 0's layers, for the replays that change the model
+            # (tests/test_layer_digests.py).
+            "debug.layer_digests=0",
         ],
     )
     assert run.returncode == 0, run.log[-3000:]
@@ -174,6 +177,8 @@ def sc_d2(tmp_path_factory) -> Demo:
         # The trainer's per-token log-probs on each of the 2 ranks, kept for the
         # page's pairing by tokens (tests/test_html_report.py).
         "debug.record_stage_tensors=true",
+        # Step 0's layers, digested in the workers (tests/test_layer_digests.py).
+        "debug.layer_digests=0",
     ]
     from areal_debug.tooling.cpu_server import REFUSE_ENV
 
