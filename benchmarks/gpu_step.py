@@ -9,6 +9,10 @@ model of a real shape rather than the CPU demo's few milliseconds:
   log-probs and advantages per trajectory, each micro-batch's loss, per
   mini-batch the gradients before clipping and the weights after the optimizer
   step, then the step's one transfer to the host) over the training step;
+- ``gpu_layer_digests_vs_train_step[SHAPE]``: the layer digests
+  (``debug.layer_digests``: each decoder layer's norms, attention, MLP and
+  output, the final norm and the logits, per sequence) in the recomputed
+  log-probs' forward pass, over the training step (without them);
 - ``gpu_recorder_blocking_vs_train_step[SHAPE]``: the time the training thread
   spends handing the step's rollout batch, on the device, to the recorder
   (``RecordingWriter.submit_batch``: the device-to-host copy included) over the
@@ -53,6 +57,7 @@ from dump_overhead import new_writer, rlvr_batch  # noqa: E402
 from figures import emit, exit_status, median_figure, repeat  # noqa: E402
 
 from areal_debug.stages.digest import digest_pairs, sums_of_squares  # noqa: E402
+from areal_debug.stages.layers import LayerDigests  # noqa: E402
 from areal_debug.stages.names import mini_batch_name, trajectory_name  # noqa: E402
 from areal_debug.stages.stage_log import StageLog  # noqa: E402
 
@@ -107,6 +112,9 @@ SHAPES = {
     ),
 }
 DIGEST_TARGET = 0.01  # as the CPU figure (benchmarks/stage_digest_cost.py)
+# debug.layer_digests is on by default in dump runs where it costs at most this
+# of a GPU step (issue 59); else for pinned steps only.
+LAYERS_TARGET = 0.01
 # A hand-over the training step does not notice: half a percent of it.
 BLOCKING_TARGET = 0.005
 # The writer must keep up with training, with room for a slower disk or a
@@ -127,6 +135,42 @@ class Device:
         if self.cuda:
             return torch.cuda.get_device_name(self.name)
         return f"CPU ({torch.get_num_threads()} thread(s))"
+
+
+class TimedLayerDigests(LayerDigests):
+    """The layer digests (stages/layers.py) as the actor's log-prob pass takes
+    them, each hook timed between device synchronisations: ``seconds``."""
+
+    def __init__(self, log: StageLog, data, sync: Callable[[], None]):
+        super().__init__(log, data)
+        self.sync, self.seconds = sync, 0.0
+
+    def _timed(self, hook: Callable) -> Callable:
+        def timed(*args) -> None:
+            self.sync()
+            t0 = time.perf_counter()
+            hook(*args)
+            self.sync()
+            self.seconds += time.perf_counter() - t0
+
+        return timed
+
+    def _inputs(self, module, args, kwargs) -> None:
+        self._timed(super()._inputs)(module, args, kwargs)
+
+    def _output(self, name: str):
+        return self._timed(super()._output(name))
+
+
+def layer_digested(model, log: StageLog, ids: torch.Tensor, sync, forward):
+    """``forward()`` with ``model``'s layers digested per row of ``ids`` (one
+    trajectory of ``len(ids)`` samples); the digests' seconds."""
+    layers = TimedLayerDigests(log, [{"input_ids": ids}], sync)
+    with layers.hooked(model):
+        forward()
+    if layers.error is not None:
+        raise SystemExit(f"the layer digests failed: {layers.error}")
+    return layers.seconds
 
 
 class ModelStep:
@@ -151,6 +195,7 @@ class ModelStep:
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-6)
         self.params = list(self.model.named_parameters())
         self.digest_s = 0.0
+        self.layers_s = 0.0
         self.by_stage: dict[str, float] = {}
         self.bytes_by_stage: dict[str, int] = {}
 
@@ -176,13 +221,19 @@ class ModelStep:
         self.digest_s, self.by_stage, self.bytes_by_stage = 0.0, {}, {}
         self.device.sync()
         t0 = time.perf_counter()
+        parts: list[torch.Tensor] = []
+
+        def recompute() -> None:
+            for i in range(0, s.sequences, s.micro_batch):
+                parts.append(self._logp(self.ids[i : i + s.micro_batch]))
+
         with torch.no_grad():
-            old = torch.cat(
-                [
-                    self._logp(self.ids[i : i + s.micro_batch])
-                    for i in range(0, s.sequences, s.micro_batch)
-                ]
+            # The layers as debug.layer_digests takes them, timed apart: the
+            # stage digests' figure is without them.
+            self.layers_s = layer_digested(
+                self.model, StageLog(), self.ids, self.device.sync, recompute
             )
+        old = torch.cat(parts)
         rows = [(trajectory_name(i), t, 0) for i, t in enumerate(old)]
         self._digest(lambda: log.add_many("logp", rows), "logp", _size(old))
         adv = (self.rewards - self.rewards.mean()) / (self.rewards.std() + 1e-6)
@@ -223,7 +274,7 @@ class ModelStep:
         self._digest(log.to_host, "to host")
         self.device.sync()
         wall = time.perf_counter() - t0
-        return wall - self.digest_s, self.digest_s
+        return wall - self.digest_s - self.layers_s, self.digest_s
 
 
 def _size(t: torch.Tensor) -> int:
@@ -335,7 +386,7 @@ def main(argv=None) -> int:
     mib = sum(v.numel() * v.element_size() for t in batch for v in t.values()) / 2**20
     with tempfile.TemporaryDirectory() as tmp:
 
-        def measure(i: int) -> tuple[float, float, float, float]:
+        def measure(i: int) -> tuple[float, float, float, float, float]:
             train, digest = step.run()
             blocked, stored = record_step(os.path.join(tmp, f"r{i}"), i, batch, device)
             stage_ms = step.by_stage.items()
@@ -349,12 +400,13 @@ def main(argv=None) -> int:
             # limit still says how far it got and what each step took.
             print(
                 f"#   step {i}{' (warm-up)' if i == 0 else ''}: training "
-                f"{train:.2f} s, digests {digest * 1e3:.1f} ms, hand-over "
+                f"{train:.2f} s, digests {digest * 1e3:.1f} ms, layer digests "
+                f"{step.layers_s * 1e3:.1f} ms, hand-over "
                 f"{blocked * 1e3:.1f} ms, stored in {stored:.2f} s; digests by "
                 f"stage: {', '.join(f'{k} {v * 1e3:.1f} ms' for k, v in stage_ms)}{peak}",
                 flush=True,
             )
-            return train, digest, blocked, stored
+            return train, digest, blocked, stored, step.layers_s
 
         runs = repeat(measure, args.runs)
     # The last step's: every step digests the same bytes.
@@ -375,21 +427,27 @@ def main(argv=None) -> int:
     lines = [
         median_figure(
             f"gpu_stage_digests_vs_train_step[{shape_name}]",
-            [d / t for t, d, _, _ in runs],
+            [d / t for t, d, *_ in runs],
             "<=",
             DIGEST_TARGET,
         ),
         median_figure(
             f"gpu_recorder_blocking_vs_train_step[{shape_name}]",
-            [b / t for t, _, b, _ in runs],
+            [b / t for t, _, b, *_ in runs],
             "<=",
             BLOCKING_TARGET,
         ),
         median_figure(
             f"gpu_writer_seconds_per_step_vs_train_step[{shape_name}]",
-            [w / t for t, _, _, w in runs],
+            [w / t for t, _, _, w, _ in runs],
             "<=",
             WRITER_TARGET,
+        ),
+        median_figure(
+            f"gpu_layer_digests_vs_train_step[{shape_name}]",
+            [la / t for t, *_, la in runs],
+            "<=",
+            LAYERS_TARGET,
         ),
     ]
     for line in lines:

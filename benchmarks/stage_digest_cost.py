@@ -45,6 +45,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from demo_run import add_demo_arguments, run_demo  # noqa: E402
 from figures import emit, exit_status, median_figure, repeat  # noqa: E402
+from gpu_step import layer_digested  # noqa: E402
 
 from areal_debug.recording.format import STAGES_FILE, STATS  # noqa: E402
 from areal_debug.stages import mismatch  # noqa: E402
@@ -61,6 +62,9 @@ TRAIN_TIMINGS = (
 )
 TARGET = 0.01
 MISMATCH_TARGET = 0.005
+# debug.layer_digests on by default in dump runs if it costs at most this of a
+# CPU step (and 0.01 of a GPU step, benchmarks/gpu_step.py): issue 59.
+LAYERS_TARGET = 0.03
 
 # The measured step: the tiny model at a realistic batch for it.
 # 16 prompts x 4 samples of 1024 tokens: a small RL step (the shipped GSM8K config,
@@ -123,8 +127,16 @@ class TinyStep:
         probe measures it (after the recomputed log-probs)."""
         log = StageLog()
         t0 = time.perf_counter()
-        with torch.no_grad():
-            old = self._logp(self.ids)  # recompute_logp
+        out: list[torch.Tensor] = []
+        with torch.no_grad():  # recompute_logp, its layers digested
+            layers_s = layer_digested(
+                self.model,
+                StageLog(),
+                self.ids,
+                lambda: None,
+                lambda: out.append(self._logp(self.ids)),
+            )
+        old = out[0]
         t1 = time.perf_counter()
         measured = self._mismatch(old)
         mismatch_s = time.perf_counter() - t1
@@ -160,7 +172,8 @@ class TinyStep:
         log.to_host()
         wall = time.perf_counter() - t0
         assert measured > 0
-        return wall - log.seconds - mismatch_s, log.seconds, mismatch_s
+        self.layers_s = layers_s
+        return wall - log.seconds - mismatch_s - layers_s, log.seconds, mismatch_s
 
     def _mismatch(self, trainer: torch.Tensor) -> int:
         """What the probe does with one compute_logp call: pair each token with
@@ -177,9 +190,9 @@ class TinyStep:
         return int(mask.sum()) + len(kept)
 
 
-def demo_steps(workdir: Path) -> list[tuple[int, float, float]]:
-    """(step, seconds digesting on the slowest rank, training seconds) per step
-    of the demo's dump run in ``workdir``."""
+def demo_steps(workdir: Path) -> list[tuple[int, float, float, bool]]:
+    """(step, seconds digesting on the slowest rank, training seconds, whether
+    its layers were digested) per step of the demo's dump run in ``workdir``."""
     out = []
     pattern = str(workdir / "root" / "*" / "*" / "areal_debug_recording" / "step-*")
     for step_dir in sorted(glob.glob(pattern)):
@@ -191,7 +204,10 @@ def demo_steps(workdir: Path) -> list[tuple[int, float, float]]:
         with open(os.path.join(step_dir, STATS)) as f:
             timings = json.load(f)["timings"]
         train = sum(timings.get(k, 0.0) for k in TRAIN_TIMINGS)
-        out.append((stages["global_step"], max(stages["digest_seconds"]), train))
+        layers = any("layers" in r for r in stages["ranks"])
+        out.append(
+            (stages["global_step"], max(stages["digest_seconds"]), train, layers)
+        )
     return out
 
 
@@ -222,7 +238,12 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         step = TinyStep(os.path.join(tmp, "model"))
-        pairs = repeat(lambda _: step.run(), args.runs)
+
+        def measure(_):
+            train, digest, measured = step.run()
+            return train, digest, measured, step.layers_s
+
+        pairs = repeat(measure, args.runs)
         demo = []
         if args.workdir:
             workdir = Path(args.workdir)
@@ -230,25 +251,28 @@ def main(argv=None) -> int:
                 run_demo(workdir, args.steps)
             demo = demo_steps(workdir)
     params = sum(p.numel() for _, p in step.params)
-    train = statistics.median(t for t, _, _ in pairs)
-    digest = statistics.median(d for _, d, _ in pairs)
-    measured = statistics.median(m for _, _, m in pairs)
+    train = statistics.median(t for t, *_ in pairs)
+    digest = statistics.median(d for _, d, *_ in pairs)
+    measured = statistics.median(m for _, _, m, _ in pairs)
+    layers = statistics.median(la for *_, la in pairs)
     print(
         f"# tiny Qwen2 ({params} params), {SEQUENCES} x {SEQLEN} = "
         f"{SEQUENCES * SEQLEN} tokens a step, {TINY_MINI_BATCHES} mini-batches, "
         f"1 CPU thread: training {train * 1e3:.0f} ms, digests {digest * 1e3:.2f} ms "
         "(medians; digests and training timed inside the same step)"
     )
-    for s, d, t in demo:
+    for s, d, t, with_layers in demo:
         print(
             f"# demo step {s} (AReaL's PPOTrainer, a few hundred tokens): digests "
             f"{d * 1e3:.2f} ms of {t * 1e3:.0f} ms training ({d / t:.3f}; the "
-            "digests are per parameter, training per token)"
+            "digests are per parameter, training per token"
+            + ("; its layers digested too" if with_layers else "")
+            + ")"
         )
     emit(
         median_figure(
             f"stage_digests_vs_train_step_tiny_cpu_{SEQUENCES * SEQLEN}_tokens",
-            [d / t for t, d, _ in pairs],
+            [d / t for t, d, *_ in pairs],
             "<=",
             TARGET,
         )
@@ -261,9 +285,22 @@ def main(argv=None) -> int:
     emit(
         median_figure(
             f"mismatch_metrics_vs_train_step_tiny_cpu_{SEQUENCES * SEQLEN}_tokens",
-            [m / t for t, _, m in pairs],
+            [m / t for t, _, m, _ in pairs],
             "<=",
             MISMATCH_TARGET,
+        )
+    )
+    print(
+        f"# layer digests (debug.layer_digests): {layers * 1e3:.2f} ms a step, in "
+        "the recomputed log-probs' pass: each layer's 2 norms, attention, MLP and "
+        "output, the final norm and the logits, per sequence"
+    )
+    emit(
+        median_figure(
+            f"layer_digests_vs_train_step_tiny_cpu_{SEQUENCES * SEQLEN}_tokens",
+            [la / t for t, *_, la in pairs],
+            "<=",
+            LAYERS_TARGET,
         )
     )
     ratio, lines = extrapolate_7b()

@@ -24,6 +24,7 @@ NAMES = (
     "gpu_stage_digests_vs_train_step[small]",
     "gpu_recorder_blocking_vs_train_step[small]",
     "gpu_writer_seconds_per_step_vs_train_step[small]",
+    "gpu_layer_digests_vs_train_step[small]",
 )
 
 

@@ -151,6 +151,20 @@ def what_if_closes_the_step_0_gap(wd) -> None:
     assert layers["token"] == 0 and layers["sample"] >= 1
     assert f"group {layers['group']} sample {layers['group_sample']}" in logp["below"]
     assert "logp (first at model.layers.0.self_attn, group " in report["headline"]
+    # Two replays compared by their own digests (a change bisected by layer
+    # without re-recording): the demo's replay and the what-if part there.
+    (plain,) = (wd / "root" / "logs").rglob("trial0_replay")
+    two = subprocess.run(
+        [sys.executable, "-m", "areal_debug.cli", "diff", str(plain), str(run_dir)]
+        + ["--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert two.returncode == 3, two.stderr[-3000:]
+    stages = json.loads(two.stdout)["stages"]
+    assert stages.startswith("the two replays' stages first differ at step 0: logp")
+    assert "below it, first at model.layers.0.self_attn, the trainer's" in stages
 
 
 @pytest.mark.scheduler

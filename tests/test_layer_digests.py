@@ -18,7 +18,7 @@ from support.harness import replay_report
 from test_reproduce import replay
 
 from areal_debug.compare.layers import compare_layers
-from areal_debug.stages.layers import digested_modules, token_digests
+from areal_debug.stages.layers import digested_modules, span_digests, token_digests
 from areal_debug.stages.names import layer_entry_name
 
 
@@ -188,7 +188,11 @@ def test_the_digested_modules_of_a_decoder_model_and_a_tokens_digests():
     assert names[-2:] == ["model.norm", "lm_head"]
     assert "model.layers.1" in names and "model.layers.0.self_attn" in names
     assert "model.layers.0.input_layernorm" in names
-    x = torch.randn(3, 5)
+    x = torch.randn(6, 5)
     per_token = token_digests(x)
-    for t in range(3):
+    for t in range(6):
         assert per_token[t].tolist() == digest_pair(x[t]).tolist()
+    # A sample's digest from its tokens' is the digest of its span.
+    spans = [(0, 6), (2, 5), (3, 4), (5, 6)]
+    got = span_digests(per_token, spans, 5).tolist()
+    assert got == [digest_pair(x[a:b]).tolist() for a, b in spans]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from typing import Any
@@ -66,6 +67,20 @@ def determinism_changes(manifest, workers: list[dict[str, Any]]) -> list[str]:
         recorded = manifest.worker_determinism[0]
         changed += [f"workers' {c}" for c in differences(recorded, workers[0])]
     return changed
+
+
+def read_replay_stages(report_path: str, step: int) -> dict[str, Any] | None:
+    """A replay's own digests of ``step``, kept beside its report
+    (``ReplayComparison._keep_stages``); None where there are none."""
+    path = os.path.join(
+        os.path.dirname(report_path),
+        REPLAY_STAGES_DIRNAME,
+        f"{step_dirname(step)}.json",
+    )
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
 
 
 class ReplayComparison:

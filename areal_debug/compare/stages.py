@@ -291,6 +291,24 @@ def first_divergent_stage(stages: dict[str, dict[str, Any]]) -> str | None:
     return None
 
 
+def first_between(a: dict[str, Any], b: dict[str, Any]) -> tuple[int, dict | None]:
+    """Two runs' own digests of one step (two replays, same layout): how many
+    stages compared, and the first that differs (``{"stage", **result}``, its
+    layers under the log-probs included), None when none does."""
+    compared = compare_stages(a, b, same_layout=True)
+    for stage in step_order(compared):
+        if compared[stage].get("status") == Verdict.DIFFERS:
+            return len(compared), {"stage": stage, **compared[stage]}
+    return len(compared), None
+
+
+def first_place(first: dict[str, Any]) -> str:
+    """Where in its stage ``first_between``'s (or a report's first divergent
+    stage) differs, and below the log-probs, where in the model."""
+    below = f"; below it, first at {first['below']}" if first.get("below") else ""
+    return f"{first.get('where', '?')}{below}"
+
+
 def describe(step: int, stages: dict[str, dict[str, Any]]) -> str:
     """One line, in the order the step reaches them (``step_order``): what
     matched, and where each differing stage first differs."""

@@ -165,9 +165,12 @@ class StatsComparison:
         staged = self.report.first_stage_divergence()
         if staged is not None:
             entry = next(e for e in self.steps if e.global_step == staged["step"])
+            below = (
+                f"; below it, first at {staged['below']}" if "below" in staged else ""
+            )
             lines.append(
                 f"First divergent stage: {staged['stage']} at step {staged['step']} "
-                f"({staged['where']})."
+                f"({staged['where']}{below})."
             )
             if entry.stages:
                 lines.append(describe(entry.global_step, entry.stages))

@@ -11,7 +11,9 @@ from typing import Any
 import torch
 
 from areal_debug.compare.batches import BatchesDiff, compare_batches
+from areal_debug.compare.replay import read_replay_stages
 from areal_debug.compare.report import ReplayReport
+from areal_debug.compare.stages import first_between, first_place
 from areal_debug.compare.statistics import compare_values, training_stats
 from areal_debug.inspect.common import (
     InspectError,
@@ -93,6 +95,15 @@ class RunDiff:
     first_divergence: MetricRow | None
     # A replay report's headline: how it went and what was changed.
     story: str | None = None
+    # Two replays: the first step whose own stage digests differ between them
+    # (``first_between``, with the layers under the log-probs), in words, and
+    # whether they differ at all (None: not compared).
+    stages: str | None = None
+    stages_differ: bool | None = None
+
+    @property
+    def same(self) -> bool:
+        return self.first_divergence is None and not self.stages_differ
 
 
 # -- recordings ------------------------------------------------------------------
@@ -356,6 +367,9 @@ def diff_runs(a: Source, b: Source) -> RunDiff:
         r for step in steps for r in _metric_rows(step, a.series[step], b.series[step])
     ]
     report = b.report if b.report is not None else a.report
+    stages = (None, None)
+    if a.kind == b.kind == "report":
+        stages = _stages_between(a, b, steps)
     return RunDiff(
         a.path,
         b.path,
@@ -365,6 +379,34 @@ def diff_runs(a: Source, b: Source) -> RunDiff:
         rows,
         _first_divergent(rows),
         _story(report),
+        *stages,
+    )
+
+
+def _stages_between(
+    a: Source, b: Source, steps: list[int]
+) -> tuple[str | None, bool | None]:
+    """Two replays (a change bisected by replaying twice, no re-recording): the
+    first step whose own digests (kept beside each report) differ, stage by
+    stage and, under the log-probs, layer by layer (debug.layer_digests)."""
+    compared = 0
+    for step in steps:
+        sa, sb = read_replay_stages(a.path, step), read_replay_stages(b.path, step)
+        if sa is None or sb is None:
+            continue
+        _, first = first_between(sa, sb)
+        compared += 1
+        if first is not None:
+            return (
+                f"the two replays' stages first differ at step {step}: "
+                f"{first['stage']} (first: {first_place(first)})",
+                True,
+            )
+    if not compared:
+        return None, None
+    return (
+        f"the two replays' stages are identical at every step compared ({compared})",
+        False,
     )
 
 

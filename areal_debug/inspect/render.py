@@ -346,6 +346,8 @@ def run_diff(d: RunDiff, all_metrics: bool, metrics: list[str] | None) -> Group:
         # The headline: where the replay left the recording, and why; the
         # metric table below is the detail.
         parts.append(Text(f"Replay story: {d.story}", style="bold"))
+    if d.stages:
+        parts.append(Text(f"Stages: {d.stages}", style="bold"))
     rows = d.rows
     if metrics:
         rows = [r for r in rows if r.metric in metrics]

@@ -24,6 +24,7 @@ each piece's per-token digests are kept too (``[tokens, 2]`` int64, in
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -89,10 +90,10 @@ def digested_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]
 
 @dataclass
 class _Pieces:
-    """One forward pass's sequences: ``((trajectory, sample), start, end)`` on the
-    packed token dimension."""
+    """One forward pass's sequences: ``((trajectory, sample), row, start, end)``:
+    the row of the batch (0 for a packed micro-batch) and the span in it."""
 
-    spans: list[tuple[tuple[int, int], int, int]] = field(default_factory=list)
+    spans: list[tuple[tuple[int, int], int, int, int]] = field(default_factory=list)
 
 
 class LayerDigests:
@@ -103,17 +104,20 @@ class LayerDigests:
         self.log = log
         self.trajectories = _trajectory_keys(data)
         self.pieces = _Pieces()
-        self.per_token = False
+        # Keep each piece's per-token digests (a report then names the token).
+        self.keep_tokens = False
         # The first error in a hook: it stops the digests, never the forward pass.
         self.error: str | None = None
         # Each module's place in the order the forward pass ran them.
         self.order: dict[str, int] = {}
+        # How many sequences of each key the call has met (equal samples).
+        self.taken: dict[bytes, int] = {}
 
     @contextlib.contextmanager
     def hooked(self, model: torch.nn.Module) -> Iterator[None]:
         modules = digested_modules(model)
         tokens = sum(len(k) // 8 * len(v) for k, v in self.trajectories.items())
-        self.per_token = tokens * len(modules) <= TOKEN_DIGESTS_AT_MOST
+        self.keep_tokens = tokens * len(modules) <= TOKEN_DIGESTS_AT_MOST
         handles = [
             model.register_forward_pre_hook(
                 self._guarded(self._inputs), with_kwargs=True
@@ -141,52 +145,77 @@ class LayerDigests:
         return guarded
 
     def _inputs(self, module, args, kwargs) -> None:
-        """Before each micro-batch's forward: which trajectory each span holds."""
+        """Before each micro-batch's forward: which sample each span holds."""
         ids = kwargs.get("input_ids", args[0] if args else None)
         self.pieces = _Pieces()
-        if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.shape[0] != 1:
-            return  # not a packed row: nothing to cut
+        if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
+            return
+        rows = ids.to("cpu", torch.int64)
         bounds = next(
             (kwargs[k] for k in _BOUNDARIES if isinstance(kwargs.get(k), torch.Tensor)),
             None,
         )
-        row = ids[0].to("cpu", torch.int64)
-        cuts = [0, row.numel()] if bounds is None else bounds.cpu().tolist()
-        taken: dict[bytes, int] = {}
-        for start, end in zip(cuts[:-1], cuts[1:]):
-            key = token_key(row[start:end])
-            owners = self.trajectories.get(key)
-            if not owners:
-                continue  # padding, or a piece of a sequence cut elsewhere
-            # Equal sequences (two identical samples): in order of appearance.
-            n = taken.get(key, 0)
-            taken[key] = n + 1
-            self.pieces.spans.append((owners[min(n, len(owners) - 1)], start, end))
+        if rows.shape[0] == 1 and bounds is not None:
+            # AReaL's packed micro-batch: one row, cut at the boundaries.
+            cuts = bounds.cpu().tolist()
+            for start, end in zip(cuts[:-1], cuts[1:]):
+                self._span(rows[0], 0, start, end)
+            return
+        # A batch of rows, each a sequence (its tokens where its mask is set).
+        mask = kwargs.get("attention_mask")
+        for r in range(rows.shape[0]):
+            start, end = 0, rows.shape[1]
+            if isinstance(mask, torch.Tensor) and mask.shape == ids.shape:
+                where = mask[r].nonzero().reshape(-1).tolist()
+                if not where or where[-1] - where[0] + 1 != len(where):
+                    continue  # no tokens, or not one run of them
+                start, end = where[0], where[-1] + 1
+            self._span(rows[r], r, start, end)
+
+    def _span(self, row: torch.Tensor, r: int, start: int, end: int) -> None:
+        key = token_key(row[start:end])
+        owners = self.trajectories.get(key)
+        if not owners:
+            return  # padding, or a piece of a sequence cut elsewhere
+        # Equal sequences (two identical samples): in order of appearance.
+        n = self.taken.get(key, 0)
+        self.taken[key] = n + 1
+        self.pieces.spans.append((owners[min(n, len(owners) - 1)], r, start, end))
 
     def _output(self, name: str):
         def digest(module, args, output) -> None:
             out = output[0] if isinstance(output, (tuple, list)) else output
-            if (
-                not isinstance(out, torch.Tensor)
-                or out.dim() < 2
-                or not self.pieces.spans
-            ):
+            spans = self.pieces.spans
+            if not isinstance(out, torch.Tensor) or out.dim() < 2 or not spans:
                 return
-            row = out[0]
             position = self.order.setdefault(name, len(self.order))
-            names = [
-                layer_entry_name(*owner, position, name)
-                for owner, _, _ in self.pieces.spans
-            ]
-            items = [
-                (entry, row[start:end], 0)
-                for entry, (_, start, end) in zip(names, self.pieces.spans)
-            ]
-            self.log.add_many(LAYERS_STAGE, items)
-            if self.per_token:
-                per_token = token_digests(row).cpu()
-                for entry, (_, start, end) in zip(names, self.pieces.spans):
-                    self.log.keep_always(LAYERS_STAGE, entry, per_token[start:end])
+            names = [layer_entry_name(*owner, position, name) for owner, *_ in spans]
+            if not self.keep_tokens:
+                self.log.add_many(
+                    LAYERS_STAGE,
+                    [
+                        (entry, out[r, start:end], 0)
+                        for entry, (_, r, start, end) in zip(names, spans)
+                    ],
+                )
+                return
+            # Each token digested once, in one pass per row; the samples' digests
+            # follow from their tokens' (span_digests), kept where cheap.
+            t0 = time.perf_counter()
+            rows = sorted({r for _, r, _, _ in spans})
+            per_row = {r: token_digests(out[r]) for r in rows}
+            width = out[0, 0].numel()
+            pairs = torch.empty((len(spans), 2), dtype=torch.int64, device=out.device)
+            for r in rows:
+                at = [i for i, span in enumerate(spans) if span[1] == r]
+                bounds = [(spans[i][2], spans[i][3]) for i in at]
+                pairs[at] = span_digests(per_row[r], bounds, width)
+            self.log.add_pairs(LAYERS_STAGE, names, pairs)
+            if self.keep_tokens:
+                on_host = {r: t.cpu() for r, t in per_row.items()}
+                for entry, (_, r, start, end) in zip(names, spans):
+                    self.log.keep_always(LAYERS_STAGE, entry, on_host[r][start:end])
+            self.log.seconds += time.perf_counter() - t0
 
         return digest
 
@@ -218,6 +247,24 @@ def sample_tokens(traj: Any) -> list[torch.Tensor]:
 
 def token_key(tokens: torch.Tensor) -> bytes:
     return tokens.to(torch.int64).numpy().tobytes()
+
+
+def span_digests(
+    per_token: torch.Tensor, spans: list[tuple[int, int]], width: int
+) -> torch.Tensor:
+    """``[len(spans), 2]``: the digest of tokens ``start:end`` (``width`` values
+    each) as one tensor, for each span, from the tokens' digests. The value at
+    column c of a span's k-th token has the flat index ``k * width + c``, so
+    ``s1 = sum_k s1_k`` and ``s2 = sum_k s2_k + width * sum_k k * s1_k``, each
+    sum a difference of prefix sums over the row (k = t - start); int64 wraps
+    modulo 2**64 as the digest does, so every step is exact."""
+    s1, s2 = per_token[:, 0], per_token[:, 1]
+    t = torch.arange(per_token.shape[0], dtype=torch.int64, device=per_token.device)
+    prefix = torch.nn.functional.pad(torch.stack([s1, s2, t * s1]).cumsum(1), (1, 0))
+    starts = torch.tensor([a for a, _ in spans], device=per_token.device)
+    ends = torch.tensor([b for _, b in spans], device=per_token.device)
+    p1, p2, q = prefix[:, ends] - prefix[:, starts]
+    return torch.stack([p1, p2 + width * (q - starts * p1)], 1)
 
 
 def _trajectory_keys(data: Any) -> dict[bytes, list[tuple[int, int]]]:

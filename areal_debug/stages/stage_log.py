@@ -125,6 +125,16 @@ class StageLog:
             self._keep(stage, name, t)
         self.seconds += time.perf_counter() - t0
 
+    def add_pairs(self, stage: str, names: list[str], pairs: torch.Tensor) -> None:
+        """Digests already taken (``[k, 2]`` int64, ``digest_pair``'s sums, on
+        the device), one block: where a stage derives its tensors' digests from
+        finer ones it keeps (stages/layers.py)."""
+        index = len(self.blocks)
+        self.blocks.append(_Block(pairs, None))
+        entries = self.entries.setdefault(stage, {})
+        for row, name in enumerate(names):
+            entries[name] = StageEntry(index, row, Magnitude.NONE)
+
     def adopt(self, other: StageLog) -> None:
         """Take ``other``'s digests (and its time) into this log: a stage
         digested on its own, once, that belongs to this step too."""

@@ -22,21 +22,19 @@ happens in actor update"; Megatron-LM #5785: fixed-environment repeatability).
 from __future__ import annotations
 
 import glob
-import json
 import os
 import subprocess
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from areal_debug.compare.replay import read_replay_stages
 from areal_debug.compare.report import ReplayReport, StepComparison, read_report
-from areal_debug.compare.stages import compare_stages
+from areal_debug.compare.stages import first_between, first_place
 from areal_debug.recording.format import (
     REPLAY_REPORT_NAME,
-    REPLAY_STAGES_DIRNAME,
-    step_dirname,
 )
-from areal_debug.stages.names import Verdict, step_order
+from areal_debug.stages.names import Verdict
 from areal_debug.testing import end_process
 
 TRIALS = ("a", "b")
@@ -64,15 +62,7 @@ class Trial:
     def stages(self, step: int) -> dict[str, Any] | None:
         if self.report_path is None:
             return None
-        path = os.path.join(
-            os.path.dirname(self.report_path),
-            REPLAY_STAGES_DIRNAME,
-            f"{step_dirname(step)}.json",
-        )
-        if not os.path.exists(path):
-            return None
-        with open(path) as f:
-            return json.load(f)
+        return read_replay_stages(self.report_path, step)
 
 
 @dataclass
@@ -95,12 +85,12 @@ class StepVerdict:
             b = self.between or {}
             return (
                 f"step {self.step}: {b.get('stage', '?')} not repeatable here (first: "
-                f"{b.get('where', '?')}{_below(b)})"
+                f"{first_place(b)})"
             )
         text = f"step {self.step}: {self.verdict}"
         if self.verdict == REPEATS_NOT_THE_RECORDING and self.recording:
             r = self.recording
-            text += f" (first: {r.get('stage')} at {r.get('where')}{_below(r)})"
+            text += f" (first: {r.get('stage')} at {first_place(r)})"
         return (
             f"{text}; {self.stages_compared} stage(s) and "
             f"{self.metrics_compared} statistics compared between the two replays"
@@ -116,11 +106,6 @@ class StepVerdict:
             "stages_compared": self.stages_compared,
             "metrics_compared": self.metrics_compared,
         }
-
-
-def _below(stage: dict[str, Any]) -> str:
-    """Where under the stage it starts: the first layer (the log-probs' layers)."""
-    return f"; below it, first at {stage['below']}" if stage.get("below") else ""
 
 
 @dataclass
@@ -209,12 +194,7 @@ def compare_trials(a: Trial, b: Trial) -> list[StepVerdict]:
         verdict = StepVerdict(step, REPEATS_THE_RECORDING)
         sa, sb = a.stages(step), b.stages(step)
         if sa is not None and sb is not None:
-            compared = compare_stages(sa, sb, same_layout=True)
-            verdict.stages_compared = len(compared)
-            for stage in step_order(compared):
-                if compared[stage].get("status") == Verdict.DIFFERS:
-                    verdict.between = {"stage": stage, **compared[stage]}
-                    break
+            verdict.stages_compared, verdict.between = first_between(sa, sb)
         # The statistics are counted either way; they name the difference only
         # where no stage does (digests off).
         first_statistic = _metrics_between(ea, eb, verdict)

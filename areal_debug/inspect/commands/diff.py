@@ -49,4 +49,4 @@ def run(args: argparse.Namespace) -> int:
         emit(args, result, render.recording_diff(result))
         return 0 if result.same else DIFFERENT
     emit(args, result, render.run_diff(result, args.all, args.metric))
-    return 0 if result.first_divergence is None else DIFFERENT
+    return 0 if result.same else DIFFERENT
