@@ -384,6 +384,12 @@ class DebugConfig:
                 "debug.anomaly_median_factor must be > 1 (or null to turn it off), "
                 f"got {self.anomaly_median_factor}."
             )
+        if spec not in ("false", "pinned") and not self.stage_digests:
+            raise DebugConfigError(
+                f"debug.layer_digests={self.layer_digests!r} needs "
+                "debug.stage_digests=true: the layers are digested beside the "
+                "stages, into the same step log. Drop debug.stage_digests=false."
+            )
         for name in ("record_ref_logp", "replay_recorded_ref_logp"):
             if getattr(self, name) and not self.stage_digests:
                 raise DebugConfigError(

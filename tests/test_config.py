@@ -145,11 +145,26 @@ def test_explicit_path_and_trial_name_are_kept(yaml_without_debug, tmp_path):
         ("compression_level", 0),
         ("compression_level", 23),
         ("compression_threads", -1),
+        ("layer_digests", "often"),
     ],
 )
 def test_invalid_values_name_the_key(key, value):
     with pytest.raises(ValueError, match=f"debug.{key}"):
         DebugConfig(**{key: value})
+
+
+def test_layer_digests_steps_and_words():
+    """true, false, pinned (debug.pin_steps) or steps in the one grammar; YAML's
+    true reaches the str field as "True"; it needs the stage digests."""
+    assert DebugConfig(layer_digests="True").layer_digests_at(7)
+    assert not DebugConfig(layer_digests="false").layer_digests_at(0)
+    pinned = DebugConfig(pin_steps=[3])  # the default: pinned steps
+    assert pinned.layer_digests_at(3) and not pinned.layer_digests_at(2)
+    ranges = DebugConfig(layer_digests="0-2,9-")
+    assert [s for s in range(12) if ranges.layer_digests_at(s)] == [0, 1, 2, 9, 10, 11]
+    with pytest.raises(ValueError, match="debug.layer_digests='0'.*stage_digests"):
+        DebugConfig(layer_digests="0", stage_digests=False)
+    DebugConfig(stage_digests=False)  # the default needs nothing
 
 
 @dataclass

@@ -234,7 +234,9 @@ class ReplayMode(ActiveMode):
 
     def wants_layer_digests(self, step: int) -> bool:
         # Where the recording has them, so that they compare; and where asked.
-        recorded, _ = self._recorded_stages(step)
+        # Digests only: every rank asks, and the kept tensors are the
+        # coordinator's to read (for the comparison) at the step's end.
+        recorded, _ = self.reader.recorded_stages(step, tensors=False)
         ranks = (recorded or {}).get("ranks", [])
         return any(LAYERS_STAGE in r for r in ranks) or super().wants_layer_digests(
             step
