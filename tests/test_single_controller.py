@@ -101,8 +101,14 @@ def test_dump_records_one_shard_per_step_on_the_controller(sc_d2):
     assert reader.manifest.config["debug"]["deterministic"] is True
     # Stage digests were taken in the two actor workers, each its own
     # trajectories and FSDP shards, and gathered by the controller.
+    # Step 0's layers too (debug.layer_digests=0), each worker its own samples.
     stages, _ = reader.recorded_stages(0)
-    assert [sorted(r) for r in stages["ranks"]] == [["advantages", "logp", "loss"]] * 2
+    assert [sorted(r) for r in stages["ranks"]] == [
+        ["advantages", "layers", "logp", "loss"]
+    ] * 2
+    assert [sorted(r) for r in reader.recorded_stages(1)[0]["ranks"]] == [
+        ["advantages", "logp", "loss"]
+    ] * 2
     # The model's weights as the run started, once, at its first step.
     assert sorted(stages["global"]) == ["grads", "model", "weights"]
     assert len(stages["global"]["weights"]) > 0
