@@ -14,6 +14,7 @@ summary, the exit status and the files left for the device tool to bring back.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -112,7 +113,12 @@ def test_gpu_check_runs_every_step_and_sums_up(tmp_path):
     demo = (out / "demo.log").read_text()
     assert "OK: all 1 steps replayed bit for bit." in demo
     assert "(all metrics)" in demo
-    assert '"all_identical": true' in (out / "replay_report.json").read_text()
+    report = json.loads((out / "replay_report.json").read_text())
+    assert report["summary"]["all_identical"] is True
+    # Step 0's layers (the script's default debug.layer_digests=0), on the
+    # device where there is one, compared identical by the replay.
+    layers = report["steps"][0]["stages"]["logp"]["layers"]
+    assert layers["status"] == "identical" and layers["modules"] == 12, layers
     selfcheck = (out / "selfcheck.log").read_text()
     assert "step 0: repeatable here, and the recording's" in selfcheck
     assert "Repeatable on this machine: 1 step(s)" in selfcheck

@@ -43,7 +43,9 @@
 #                          dump_overhead gpu_step")
 #   GPU_CHECK_DEMO_STEPS   the demo's training steps (default 3)
 #   GPU_CHECK_DEMO_ARGS    overrides for both demo runs (default on CUDA:
-#                          actor.dtype=bfloat16; on CPU: none)
+#                          actor.dtype=bfloat16 debug.layer_digests=0; on CPU:
+#                          debug.layer_digests=0: step 0's layers digested, on the
+#                          device, and compared by the replay and selfcheck)
 #   GPU_CHECK_GPU_STEP_ARGS       gpu_step.py's arguments (default --runs 1)
 #   GPU_CHECK_DUMP_OVERHEAD_ARGS  dump_overhead.py's arguments (default --steps 12
 #                          --loop-blocks 2 --gib-steps 2: half its default work, 80
@@ -152,9 +154,9 @@ else
     CUDA=0
 fi
 if [ "$CUDA" = 1 ]; then
-    DEMO_ARGS=${GPU_CHECK_DEMO_ARGS-actor.dtype=bfloat16}
+    DEMO_ARGS=${GPU_CHECK_DEMO_ARGS-actor.dtype=bfloat16 debug.layer_digests=0}
 else
-    DEMO_ARGS=${GPU_CHECK_DEMO_ARGS-}
+    DEMO_ARGS=${GPU_CHECK_DEMO_ARGS-debug.layer_digests=0}
 fi
 DEMO_STEPS=${GPU_CHECK_DEMO_STEPS:-3}
 GPU_STEP_ARGS=${GPU_CHECK_GPU_STEP_ARGS---runs 1}
