@@ -94,11 +94,13 @@ class _Pieces:
     the row of the batch (0 for a packed micro-batch) and the span in it."""
 
     spans: list[tuple[tuple[int, int], int, int, int]] = field(default_factory=list)
+    # The forward's (rows, tokens): an output is cut only where it has that shape.
+    shape: tuple[int, ...] = ()
 
 
 class LayerDigests:
     """Hooks a model for one ``compute_logp`` call and digests its modules'
-    outputs per trajectory into ``log`` (stage ``LAYERS_STAGE``)."""
+    outputs per sample into ``log`` (stage ``LAYERS_STAGE``)."""
 
     def __init__(self, log: StageLog, data: Any):
         self.log = log
@@ -151,6 +153,7 @@ class LayerDigests:
         if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
             return
         rows = ids.to("cpu", torch.int64)
+        self.pieces.shape = tuple(rows.shape)
         bounds = next(
             (kwargs[k] for k in _BOUNDARIES if isinstance(kwargs.get(k), torch.Tensor)),
             None,
@@ -186,8 +189,10 @@ class LayerDigests:
         def digest(module, args, output) -> None:
             out = output[0] if isinstance(output, (tuple, list)) else output
             spans = self.pieces.spans
-            if not isinstance(out, torch.Tensor) or out.dim() < 2 or not spans:
+            if not (isinstance(out, torch.Tensor) and spans):
                 return
+            if out.dim() < 3 or tuple(out.shape[:2]) != self.pieces.shape:
+                return  # not laid out by rows and tokens (a router's flat output)
             position = self.order.setdefault(name, len(self.order))
             names = [layer_entry_name(*owner, position, name) for owner, *_ in spans]
             if not self.keep_tokens:
