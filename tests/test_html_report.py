@@ -179,6 +179,14 @@ def test_a_divergent_replay_and_the_kept_stage_tensors(tmp_path, capsys):
     keep_stage_tensors(rec, [0, 1, 2, 3])
     stage = {"stage": "logp", "where": "trajectory 0", "position": [1, 3]}
     stage.update(max_abs_diff=0.25, max_rel_diff=0.1, differing=1, compared=1)
+    # Below the log-probs (issue 59): the first layer, in recorded row 1.
+    stage["layers"] = {
+        "status": "differs",
+        "module": "model.layers.0.self_attn",
+        "group": 0,
+        "group_sample": 1,
+        "token": 2,
+    }
     report = divergent_report(rec, tmp_path / "logs" / "lp", 1, stage)
     rc, result = run_json(
         capsys, "report", rec, os.path.dirname(report), "-o", str(out)
@@ -203,6 +211,11 @@ def test_a_divergent_replay_and_the_kept_stage_tensors(tmp_path, capsys):
     # The report's row 1, column 3 of trajectory 0 is recorded row 0 (AReaL's
     # order reversed it), token 4 (column p is token p+1).
     assert rows[0]["divergent_token"] == 4 and "divergent_token" not in rows[1]
+    assert rows[1]["divergent_layer"] == {
+        "module": "model.layers.0.self_attn",
+        "token": 2,
+    }
+    assert "divergent_layer" not in rows[0]
     for row in rows:
         # Token 0 is predicted by nothing; every other pairs with its own value.
         assert row["stage_logp"][0] is None and row["stage_ref_logp"][0] is None

@@ -14,10 +14,12 @@ import shutil
 import subprocess
 
 import pytest
+from support.browser import needs_browser, open_page
 from support.harness import replay_report
 from test_reproduce import replay
 
 from areal_debug.compare.layers import compare_layers
+from areal_debug.inspect.page import report as html_report
 from areal_debug.stages.layers import digested_modules, span_digests, token_digests
 from areal_debug.stages.names import layer_entry_name
 
@@ -70,11 +72,13 @@ def test_a_nudged_layer_weight_is_named_below_the_logprobs(spmd_d1, tmp_path):
     assert "below it, first at model.layers.1.mlp, group " in run.log
 
 
+@needs_browser
 @pytest.mark.areal
 def test_another_rms_norm_eps_names_the_first_norm(spmd_d1, tmp_path):
     """The model's config with another rms_norm_eps: the weights are the recorded
     ones (the model check says so), and the first module that differs is the
-    first norm the forward pass runs, layer 0's input norm."""
+    first norm the forward pass runs, layer 0's input norm. The page names it
+    in the stage table and on the named sample's view."""
     model = _model_copy(spmd_d1.workdir, tmp_path)
     _with_rms_norm_eps(model, 1e-2)
     run = replay(spmd_d1, "eps", "total_train_steps=1", f"actor.path={model}")
@@ -85,6 +89,21 @@ def test_another_rms_norm_eps_names_the_first_norm(spmd_d1, tmp_path):
     assert logp["status"] == "differs"
     assert logp["layers"]["module"] == "model.layers.0.input_layernorm"
     assert logp["below"].startswith("model.layers.0.input_layernorm, group ")
+    out = tmp_path / "eps.html"
+    (folder,) = (spmd_d1.workdir / "root" / "logs").rglob("eps")
+    html_report.build_report(spmd_d1.path, str(folder), str(out))
+    group, sample = logp["layers"]["group"], logp["layers"]["group_sample"]
+    with open_page(f"{out}") as page:
+        assert page.errors == []
+        table = page.inner_text("#stage-table")
+        assert "below it, first at model.layers.0.input_layernorm" in table
+        page.evaluate(f"location.hash = '#step=0&group={group}&sample={sample}'")
+        page.wait_for_selector("p.divergence")
+        note = page.inner_text("body")
+        assert (
+            "Below the log-probs, the replay first computes something else in this "
+            "sequence at model.layers.0.input_layernorm"
+        ) in note
 
 
 def _sc_replay(sc_d2, trial: str, *overrides: str) -> dict:

@@ -20,7 +20,7 @@ import torch
 from areal_debug.inspect.tokens import Place, row_loss_tokens, stage_rows
 from areal_debug.recording.format import RecordingError
 from areal_debug.recording.reader import RecordingReader
-from areal_debug.stages.names import trajectory_index
+from areal_debug.stages.names import Verdict, trajectory_index
 
 # Texts kept per prompt and completion (the token view holds the tokens shown).
 MAX_TEXT_CHARS = 4000
@@ -74,6 +74,7 @@ def step_detail(
     paired = stage_rows(reader, step, batch, TOKEN_VIEW_STAGES)
     kept, stage_note = paired.values, paired.note
     marked = _divergent_place(divergence, paired.places)
+    layer = _divergent_layer(divergence)
     rows, groups, prompts, total = [], [], [], 0
     for g, traj in enumerate(batch):
         if not isinstance(traj, dict):
@@ -97,6 +98,8 @@ def step_detail(
                 _add_worst_delta(row, traj, r, kept.get((g, r)))
                 if marked is not None and marked[0] == (g, r):
                     _mark_token(row, positions, marked[1])
+                if layer is not None and layer[0] == (g, r):
+                    row["divergent_layer"] = layer[1]
                 rows.append(row)
             total += 1
     return {
@@ -313,6 +316,25 @@ def _divergent_place(
     index = trajectory_index(where)
     place = places.get((rank, index, position[0])) if index is not None else None
     return (place, position[1] + 1) if place is not None else None
+
+
+def _divergent_layer(
+    divergence: dict[str, Any] | None,
+) -> tuple[tuple[int, int], dict[str, Any]] | None:
+    """((group, sample), {"module", "token"?}) where the replay's divergent
+    log-probs first differ below, in the layers (``compare_layers``), when
+    the report named the sample in the recorded batch's numbering."""
+    if not divergence or divergence.get("stage") != "logp":
+        return None
+    layers = divergence.get("layers")
+    if not (isinstance(layers, dict) and layers.get("status") == Verdict.DIFFERS):
+        return None
+    if "group" not in layers or "group_sample" not in layers:
+        return None
+    where = {"module": layers["module"]}
+    if "token" in layers:
+        where["token"] = layers["token"]
+    return (layers["group"], layers["group_sample"]), where
 
 
 def _mark_token(row: dict[str, Any], positions: torch.Tensor, col: int) -> None:

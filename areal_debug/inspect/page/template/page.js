@@ -528,6 +528,8 @@ function showTrajectory(r, tr, fromLink) {
       bar, high, "; the prompt and tokens outside the loss, dimmed, are in no figure; hover a token for its values. ", pick] :
       "No log-probabilities recorded for this trajectory."),
     r.divergent_token !== undefined ? el("p", { class: "divergence" }, `The replay's first divergent stage differs most at completion token ${r.divergent_token} (outlined).`) : null,
+    r.divergent_layer ? el("p", { class: "divergence" }, `Below the log-probs, the replay first computes something else in this sequence at ${r.divergent_layer.module}` +
+      (r.divergent_layer.token !== undefined ? `, token ${r.divergent_layer.token} (prompt and completion counted from 0)` : "") + ".") : null,
     tokens, O ? alignedB(r) : null);
   paint();
   box.scrollIntoView({ behavior: "smooth", block: "start" });
@@ -625,7 +627,7 @@ function stageReport() {
       el("tr", {}, ["stage", "status", "where", "by how much", "differing / compared"].map((h) => el("th", {}, h))),
       sr.stages.map((s) => el("tr", { class: s.status === "differs" ? "differs" : null },
         el("td", {}, s.stage), el("td", { style: s.status === "differs" ? "color:var(--pin);font-weight:600" : null }, s.status),
-        el("td", {}, s.where || ""), el("td", {}, by(s)),
+        el("td", {}, (s.where || "") + (s.below ? `; below it, first at ${s.below}` : "")), el("td", {}, by(s)),
         el("td", { class: "num" }, s.compared !== undefined ? `${s.differing || 0} / ${s.compared}` : "")))));
 }
 function manifest() {
