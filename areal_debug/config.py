@@ -306,9 +306,13 @@ class DebugConfig:
         },
     )
 
+    def _layer_digests_spec(self) -> str:
+        # YAML's true reaches this str field as "True".
+        return str(self.layer_digests).strip().lower()
+
     def layer_digests_at(self, step: int) -> bool:
         """Whether debug.layer_digests asks for step ``step``'s layers."""
-        spec = str(self.layer_digests).strip().lower()
+        spec = self._layer_digests_spec()
         if spec in _LAYER_DIGESTS_ALWAYS:
             return _LAYER_DIGESTS_ALWAYS[spec]
         if spec == "pinned":
@@ -364,7 +368,7 @@ class DebugConfig:
                 f"debug.max_disk_gb must be > 0 (or null), got {self.max_disk_gb}."
             )
         parse_steps(self.record_steps)  # raises ValueError naming the bad part
-        spec = str(self.layer_digests).strip().lower()
+        spec = self._layer_digests_spec()
         if spec not in (*_LAYER_DIGESTS_ALWAYS, "pinned"):
             try:
                 StepRanges.parse(spec or "-", "debug.layer_digests=")
@@ -635,8 +639,7 @@ def agree_argv_with_allocation(argv: list[str]) -> list[str]:
     return allocation.argv(argv)
 
 
-# debug.layer_digests' words for every step and none (YAML's true reaches a str
-# field as "True").
+# debug.layer_digests' words for every step and none.
 _LAYER_DIGESTS_ALWAYS = {"true": True, "false": False}
 
 

@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from support.harness import rpc_workers
@@ -127,15 +128,8 @@ def what_if_closes_the_step_0_gap(wd) -> None:
     assert replay.returncode == 0, replay.stdout[-3000:] + replay.stderr[-3000:]
     rec = wd / "root" / "tinydemo" / "trial0" / "areal_debug_recording"
     (run_dir,) = (wd / "root" / "logs").rglob("unpacked")
-    gap = subprocess.run(
-        [sys.executable, "-m", "areal_debug.cli", "mismatch", str(rec), str(run_dir)]
-        + ["--steps", "0", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert gap.returncode == 0, gap.stderr[-3000:]
-    (step0,) = json.loads(gap.stdout)
+    rc, (step0,) = cli_json("mismatch", rec, run_dir, "--steps", "0")
+    assert rc == 0
     assert step0["recorded"]["abs_diff/max"] > 0.05, step0["recorded"]
     assert step0["replayed"]["abs_diff/max"] < 1e-6, step0["replayed"]
     assert step0["replayed_tokens"] == step0["tokens"]
@@ -154,15 +148,9 @@ def what_if_closes_the_step_0_gap(wd) -> None:
     # Two replays compared by their own digests (a change bisected by layer
     # without re-recording): the demo's replay and the what-if part there.
     (plain,) = (wd / "root" / "logs").rglob("trial0_replay")
-    two = subprocess.run(
-        [sys.executable, "-m", "areal_debug.cli", "diff", str(plain), str(run_dir)]
-        + ["--json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert two.returncode == 3, two.stderr[-3000:]
-    stages = json.loads(two.stdout)["stages"]
+    rc, two = cli_json("diff", plain, run_dir)
+    assert rc == 3
+    stages = two["stages"]
     assert stages.startswith("the two replays' stages first differ at step 0: logp")
     assert "below it, first at model.layers.0.self_attn, the trainer's" in stages
 
@@ -253,16 +241,22 @@ def run_processes(workdir) -> list[str]:
     return [line for line in out.splitlines() if str(workdir) in line]
 
 
-def resume_check(rec) -> tuple[int, dict]:
-    """``areal-debug resume REC --json`` as a user runs it: exit status, output."""
-    check = subprocess.run(
-        [sys.executable, "-m", "areal_debug.cli", "resume", str(rec), "--json"],
+def cli_json(*argv) -> tuple[int, Any]:
+    """``areal-debug ARGV --json`` as a user runs it: exit status (0, or 3 where
+    the command found a difference), output."""
+    run = subprocess.run(
+        [sys.executable, "-m", "areal_debug.cli", *map(str, argv), "--json"],
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert check.returncode in (0, 3), check.stdout[-3000:] + check.stderr[-3000:]
-    return check.returncode, json.loads(check.stdout)
+    assert run.returncode in (0, 3), run.stdout[-3000:] + run.stderr[-3000:]
+    return run.returncode, json.loads(run.stdout)
+
+
+def resume_check(rec) -> tuple[int, dict]:
+    """``areal-debug resume REC --json``: exit status, output."""
+    return cli_json("resume", rec)
 
 
 @pytest.mark.parametrize(
@@ -350,15 +344,9 @@ def test_an_interrupted_demo_resumes_losslessly_and_replays(tmp_path, sc):
     assert found["resumes"][0]["different_prompts"] == [1]
     assert (1, 0) in [(r["step"], r["earlier"]) for r in found["repeated"]]
     assert [lost["step"] for lost in found["lost"]] == [1], found["lost"]
-    diffed = subprocess.run(
-        [sys.executable, "-m", "areal_debug.cli", "diff", str(rec), str(planted)]
-        + ["--json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert diffed.returncode == 3, diffed.stderr[-3000:]
-    batches = json.loads(diffed.stdout)["batches"]
+    rc, diffed = cli_json("diff", rec, planted)
+    assert rc == 3
+    batches = diffed["batches"]
     assert (batches["first_step"], batches["first_parts"]) == (1, ["prompts"])
     assert [p["prompt"] for p in batches["only_in_a"]] == [
         lost["prompt"] for lost in found["lost"]

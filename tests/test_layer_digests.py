@@ -20,7 +20,8 @@ from test_reproduce import replay
 
 from areal_debug.compare.layers import compare_layers
 from areal_debug.inspect.page import report as html_report
-from areal_debug.stages.layers import digested_modules, span_digests, token_digests
+from areal_debug.stages.digest import span_digests, token_digests
+from areal_debug.stages.layers import digested_modules
 from areal_debug.stages.names import layer_entry_name
 
 

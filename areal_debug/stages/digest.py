@@ -114,6 +114,34 @@ def _by_index(bits: torch.Tensor, first: int) -> torch.Tensor:
     return out
 
 
+def token_digests(x: torch.Tensor) -> torch.Tensor:
+    """``[tokens, 2]`` int64: each token's (first dimension) digest of its values'
+    bits, the same two sums as a tensor's digest (``digest.py``) over that
+    token's row alone."""
+    rows = x.detach().reshape(x.shape[0], -1)
+    bits = _bits(rows).reshape(rows.shape).to(torch.int64)
+    index = torch.arange(1, rows.shape[1] + 1, dtype=torch.int64, device=rows.device)
+    return torch.stack([bits.sum(1), (bits * index).sum(1)], 1)
+
+
+def span_digests(
+    per_token: torch.Tensor, spans: list[tuple[int, int]], width: int
+) -> torch.Tensor:
+    """``[len(spans), 2]``: the digest of tokens ``start:end`` (``width`` values
+    each) as one tensor, for each span, from the tokens' digests. The value at
+    column c of a span's k-th token has the flat index ``k * width + c``, so
+    ``s1 = sum_k s1_k`` and ``s2 = sum_k s2_k + width * sum_k k * s1_k``, each
+    sum a difference of prefix sums over the row (k = t - start); int64 wraps
+    modulo 2**64 as the digest does, so every step is exact."""
+    s1, s2 = per_token[:, 0], per_token[:, 1]
+    t = torch.arange(per_token.shape[0], dtype=torch.int64, device=per_token.device)
+    prefix = torch.nn.functional.pad(torch.stack([s1, s2, t * s1]).cumsum(1), (1, 0))
+    starts = torch.tensor([a for a, _ in spans], device=per_token.device)
+    ends = torch.tensor([b for _, b in spans], device=per_token.device)
+    p1, p2, q = prefix[:, ends] - prefix[:, starts]
+    return torch.stack([p1, p2 + width * (q - starts * p1)], 1)
+
+
 def _by_rows(bits: list[torch.Tensor], firsts: list[int]) -> torch.Tensor:
     """The digests of tensors of one dtype of at most 4 bytes on one device (their
     ``bits``; ``firsts[k]``: the index of tensor k's first element), ``[n, 2]``.

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from areal_debug.stages.digest import _bits
+from areal_debug.stages.digest import span_digests, token_digests
 from areal_debug.stages.names import LAYERS_STAGE, layer_entry_name
 from areal_debug.stages.stage_log import StageLog
 
@@ -205,7 +205,7 @@ class LayerDigests:
                 )
                 return
             # Each token digested once, in one pass per row; the samples' digests
-            # follow from their tokens' (span_digests), kept where cheap.
+            # follow from their tokens' (span_digests), which are kept.
             t0 = time.perf_counter()
             rows = sorted({r for _, r, _, _ in spans})
             per_row = {r: token_digests(out[r]) for r in rows}
@@ -216,23 +216,12 @@ class LayerDigests:
                 bounds = [(spans[i][2], spans[i][3]) for i in at]
                 pairs[at] = span_digests(per_row[r], bounds, width)
             self.log.add_pairs(LAYERS_STAGE, names, pairs)
-            if self.keep_tokens:
-                on_host = {r: t.cpu() for r, t in per_row.items()}
-                for entry, (_, r, start, end) in zip(names, spans):
-                    self.log.keep_always(LAYERS_STAGE, entry, on_host[r][start:end])
+            on_host = {r: t.cpu() for r, t in per_row.items()}
+            for entry, (_, r, start, end) in zip(names, spans):
+                self.log.keep_always(LAYERS_STAGE, entry, on_host[r][start:end])
             self.log.seconds += time.perf_counter() - t0
 
         return digest
-
-
-def token_digests(x: torch.Tensor) -> torch.Tensor:
-    """``[tokens, 2]`` int64: each token's (first dimension) digest of its values'
-    bits, the same two sums as a tensor's digest (``digest.py``) over that
-    token's row alone."""
-    rows = x.detach().reshape(x.shape[0], -1)
-    bits = _bits(rows).reshape(rows.shape).to(torch.int64)
-    index = torch.arange(1, rows.shape[1] + 1, dtype=torch.int64, device=rows.device)
-    return torch.stack([bits.sum(1), (bits * index).sum(1)], 1)
 
 
 def sample_tokens(traj: Any) -> list[torch.Tensor]:
@@ -252,24 +241,6 @@ def sample_tokens(traj: Any) -> list[torch.Tensor]:
 
 def token_key(tokens: torch.Tensor) -> bytes:
     return tokens.to(torch.int64).numpy().tobytes()
-
-
-def span_digests(
-    per_token: torch.Tensor, spans: list[tuple[int, int]], width: int
-) -> torch.Tensor:
-    """``[len(spans), 2]``: the digest of tokens ``start:end`` (``width`` values
-    each) as one tensor, for each span, from the tokens' digests. The value at
-    column c of a span's k-th token has the flat index ``k * width + c``, so
-    ``s1 = sum_k s1_k`` and ``s2 = sum_k s2_k + width * sum_k k * s1_k``, each
-    sum a difference of prefix sums over the row (k = t - start); int64 wraps
-    modulo 2**64 as the digest does, so every step is exact."""
-    s1, s2 = per_token[:, 0], per_token[:, 1]
-    t = torch.arange(per_token.shape[0], dtype=torch.int64, device=per_token.device)
-    prefix = torch.nn.functional.pad(torch.stack([s1, s2, t * s1]).cumsum(1), (1, 0))
-    starts = torch.tensor([a for a, _ in spans], device=per_token.device)
-    ends = torch.tensor([b for _, b in spans], device=per_token.device)
-    p1, p2, q = prefix[:, ends] - prefix[:, starts]
-    return torch.stack([p1, p2 + width * (q - starts * p1)], 1)
 
 
 def _trajectory_keys(data: Any) -> dict[bytes, list[tuple[int, int]]]:

@@ -102,8 +102,6 @@ def step_order(stages: dict[str, dict[str, Any]]) -> list[str]:
 # says where in the model the log-probs' difference starts.
 LAYERS_STAGE = "layers"
 _SAMPLE = " sample "
-
-
 _AT = "@"
 
 
@@ -122,9 +120,9 @@ def split_layer_entry(name: str) -> tuple[int, int, int, str] | None:
     sample, _, rest = rest.partition(" ")
     position, _, module = rest.partition(" ")
     position = position.removeprefix(_AT)
-    if not (sep and trajectory is not None and sample.isdigit() and module):
+    if not (sep and trajectory is not None and module):
         return None
-    if not position.isdigit():
+    if not (sample.isdigit() and position.isdigit()):
         return None
     return trajectory, int(sample), int(position), module
 

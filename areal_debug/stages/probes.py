@@ -214,7 +214,7 @@ class StageProbes:
             self.log.tensors = {
                 k: t for k, t in self.log.tensors.items() if k[0] != LAYERS_STAGE
             }
-            self._aside(what, "The layers are not digested", _raise(layers.error))
+            self._stop_aside(what, "The layers are not digested", layers.error)
 
     def _keep_tokens(self, stage: str, data: Any) -> None:
         """Each trajectory's tokens beside its kept values (-1 outside its
@@ -259,11 +259,14 @@ class StageProbes:
         try:
             work()
         except Exception as e:  # noqa: BLE001 - the recorder must not kill training
-            self.stopped_aside[what] = repr(e)
-            logger.error(
-                f"{stopped} from here on ({self.stopped_aside[what]}); training and "
-                "the stage digests go on."
-            )
+            self._stop_aside(what, stopped, repr(e))
+
+    def _stop_aside(self, what: str, stopped: str, why: str) -> None:
+        """Stop the measurement ``what`` for the rest of the run, said once."""
+        self.stopped_aside[what] = why
+        logger.error(
+            f"{stopped} from here on ({why}); training and the stage digests go on."
+        )
 
     def _advantages(self, compute: Callable) -> Callable:
         def digested(*args, **kwargs):
@@ -382,13 +385,6 @@ def stage_methods(role: str) -> tuple[str, ...]:
     if role == "actor":
         methods += areal_compat.STAGE_METHODS["actor_engine"]
     return methods
-
-
-def _raise(error: str) -> Callable[[], None]:
-    def again() -> None:
-        raise RuntimeError(error)
-
-    return again
 
 
 def _as_list(out: Any) -> list:

@@ -129,11 +129,7 @@ class StageLog:
         """Digests already taken (``[k, 2]`` int64, ``digest_pair``'s sums, on
         the device), one block: where a stage derives its tensors' digests from
         finer ones it keeps (stages/layers.py)."""
-        index = len(self.blocks)
-        self.blocks.append(_Block(pairs, None))
-        entries = self.entries.setdefault(stage, {})
-        for row, name in enumerate(names):
-            entries[name] = StageEntry(index, row, Magnitude.NONE)
+        self._append_block(stage, names, _Block(pairs, None), Magnitude.NONE)
 
     def adopt(self, other: StageLog) -> None:
         """Take ``other``'s digests (and its time) into this log: a stage
@@ -190,11 +186,18 @@ class StageLog:
     def _add_block(self, stage: str, items: list, magnitude: Magnitude) -> None:
         tensors = [t for _, t, _ in items]
         pairs = digest_pairs(tensors, [o for _, _, o in items])
+        block = _Block(pairs, _magnitudes(tensors, magnitude))
+        self._append_block(stage, [name for name, _, _ in items], block, magnitude)
+
+    def _append_block(
+        self, stage: str, names: list[str], block: _Block, magnitude: Magnitude
+    ) -> None:
+        """``block`` after the others, row k the digest of ``names[k]``."""
         index = len(self.blocks)
-        self.blocks.append(_Block(pairs, _magnitudes(tensors, magnitude)))
-        names = self.entries.setdefault(stage, {})
-        for row, (name, _, _) in enumerate(items):
-            names[name] = StageEntry(index, row, magnitude)
+        self.blocks.append(block)
+        entries = self.entries.setdefault(stage, {})
+        for row, name in enumerate(names):
+            entries[name] = StageEntry(index, row, magnitude)
 
     def _digest_small(self) -> None:
         """The small tensors waiting, one block per kind of magnitude."""
