@@ -273,6 +273,18 @@ class DebugConfig:
             "data-parallel layout."
         },
     )
+    lossless_resume: bool = field(
+        default=False,
+        metadata={
+            "help": "Keep, in each recover checkpoint, the inputs AReaL had drawn "
+            "from the train dataloader and not trained (its rollout dispatcher draws "
+            "the next batch ahead whenever a step's rollouts take over 1 s, and a "
+            "plain resume skips them), and serve them first when the run resumes: "
+            "it trains the prompts the uninterrupted run would have. Rollouts that "
+            "were running are generated again from their prompts. With or without "
+            "recording, SPMD and single-controller; a replay ignores it."
+        },
+    )
     fail_on_divergence: bool = field(
         default=False,
         metadata={

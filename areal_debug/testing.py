@@ -187,10 +187,12 @@ def start_server(
     timeout: float = 180,
     name: str = "server",
     logprob_fault: str | None = None,
+    slow_rollouts: float = 0.0,
 ) -> tuple[subprocess.Popen, str]:
     """Start the CPU server on ``workdir/model`` in its own session and wait
     until it is healthy; returns the process and its ``host:port``.
-    ``logprob_fault`` is its ``--logprob-fault`` (``tooling/logprob_fault.py``).
+    ``logprob_fault`` is its ``--logprob-fault`` (``tooling/logprob_fault.py``),
+    ``slow_rollouts`` its ``--slow-rollouts``.
 
     It logs to ``workdir/<name>.log``; end it with :func:`end_process`. Raises
     :class:`ServerError` (after ending it) if it exits or is not healthy within
@@ -209,6 +211,7 @@ def start_server(
         "--addr-file",
         str(addr_file),
         *([f"--logprob-fault={logprob_fault}"] if logprob_fault else []),
+        *([f"--slow-rollouts={slow_rollouts:g}"] if slow_rollouts else []),
     ]
     with open(log_path, "w") as log:
         proc = subprocess.Popen(

@@ -14,6 +14,7 @@ from __future__ import annotations
 from areal_debug.areal_compat import TRAINER_HOOKS, TrainerHooks, check_areal_version
 from areal_debug.compare.replay import DivergenceStop
 from areal_debug.config import DebugConfig, debug_config_of
+from areal_debug.lossless_resume import lossless_resume
 from areal_debug.modes import DebugMode, choose_mode
 
 
@@ -22,6 +23,10 @@ class DebugPPOTrainer(TrainerHooks):
         check_areal_version(hooks=TRAINER_HOOKS)
         self.debug: DebugConfig = debug_config_of(config)
         self.debug_mode: DebugMode = choose_mode(self, self.debug)
+        # debug.lossless_resume: with or without recording, beside the mode.
+        self.lossless_resume = lossless_resume(self, self.debug)
+        if self.lossless_resume is not None:
+            self.lossless_resume.prepare(config)
         train_dataset, valid_dataset = self.debug_mode.prepare(
             config, train_dataset, valid_dataset
         )
@@ -31,14 +36,23 @@ class DebugPPOTrainer(TrainerHooks):
             self.debug_mode.failed_init()
             raise
         self.debug_mode.started()
+        if self.lossless_resume is not None:
+            try:
+                self.lossless_resume.started()
+            except BaseException:
+                self.close()
+                raise
 
     def build_scheduler(self):
         return self.debug_mode.build_scheduler(super().build_scheduler)
 
     def build_dataloader(self, dataset, dataset_config, rank, world_size):
-        return self.debug_mode.build_dataloader(
+        loader = self.debug_mode.build_dataloader(
             super().build_dataloader, dataset, dataset_config, rank, world_size
         )
+        if self.lossless_resume is not None:
+            loader = self.lossless_resume.build_dataloader(loader, dataset_config)
+        return loader
 
     def build_train_engine(self, actor_config, alloc):
         return self.debug_mode.build_train_engine(
@@ -87,6 +101,8 @@ class DebugPPOTrainer(TrainerHooks):
         )
 
     def close(self):
+        if self.lossless_resume is not None:
+            self.lossless_resume.close()
         return self.debug_mode.close(super().close)
 
     def __exit__(self, exc_type, exc_value, traceback):

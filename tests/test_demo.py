@@ -17,7 +17,8 @@ from test_cli_inspect import rewrite_payload
 from areal_debug.inspect.common import cli_command
 from areal_debug.inspect.listing import pinned_steps
 from areal_debug.inspect.plot_recording import anomalies
-from areal_debug.recording.reader import RecordingReader
+from areal_debug.inspect.resume import step_prompts
+from areal_debug.recording.reader import RecordingReader, superseded_attempts
 from areal_debug.stages.names import OPTIMIZER_STEPS_STAT
 
 pytestmark = [pytest.mark.areal, pytest.mark.each_areal]
@@ -259,37 +260,105 @@ def resume_check(rec) -> tuple[int, dict]:
     return cli_json("resume", rec)
 
 
-@pytest.mark.parametrize(
-    "sc",
-    [False, pytest.param(True, marks=pytest.mark.scheduler)],
-    ids=["spmd", "single-controller"],
-)
-def test_an_interrupted_demo_resumes_losslessly_and_replays(tmp_path, sc):
-    """`areal-debug demo --interrupt-after 0`: the dump run SIGKILLed (every
-    process of it: torchrun starts its trainer in a session of its own) once
-    step 1 is recorded, resumed by AReaL's recovery from the recover checkpoint
-    of step 0, the resume checked, and every step replayed bit for bit."""
-    wd = tmp_path / "demo"
+# Each answer of the CPU server held back this long: a step's rollouts outlast
+# AReaL's 1 s wait whatever the machine's load, so its dispatcher always draws
+# the next batch before the step's recover checkpoint (as on a GPU cluster).
+SLOW_ROLLOUTS = "1.5"
+
+
+def interrupted_demo(wd, sc: bool, *overrides: str) -> subprocess.CompletedProcess:
+    """`areal-debug demo --interrupt-after 0` with slow rollouts: the dump run
+    SIGKILLed (every process of it: torchrun starts its trainer in a session of
+    its own) once step 1 is recorded, resumed by AReaL's recovery from the
+    recover checkpoint of step 0, the resume checked, then replayed."""
     argv = ["demo", "--workdir", str(wd), "--steps", "3", "--interrupt-after", "0"]
+    argv += ["--slow-rollouts", SLOW_ROLLOUTS, *(["--single-controller"] if sc else [])]
     run = subprocess.run(
-        [sys.executable, "-m", "areal_debug.cli", *argv]
-        + (["--single-controller"] if sc else []),
+        [sys.executable, "-m", "areal_debug.cli", *argv, *overrides],
         capture_output=True,
         text=True,
         timeout=900,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     out = run.stdout
-    assert run.returncode == 0, out[-3000:] + run.stderr[-3000:]
-    assert "killed the dump run (SIGKILL, as a crashed node) once step 1 was " in out
+    assert "killed the dump run (SIGKILL, as a crashed node) once step 1 was " in out, (
+        out[-3000:] + run.stderr[-3000:]
+    )
     assert "resuming it with AReaL's own recovery (recover.mode=on)" in out
     assert (
         "resume check: resumed at step 1: starting weights identical, optimizer "
         "step count identical (against the killed run's after step 0)" in out
     )
+    assert run_processes(wd) == []
+    return run
+
+
+@pytest.mark.parametrize(
+    "sc",
+    [False, pytest.param(True, marks=pytest.mark.scheduler)],
+    ids=["spmd", "single-controller"],
+)
+def test_a_resume_skips_the_batch_areal_drew_ahead(tmp_path, sc):
+    """AReaL's dispatcher drew step 1's batch during step 0, before step 0's
+    recover checkpoint stored the dataloader's position: the resumed run starts
+    after it and never trains it. The demo and `areal-debug resume` say so."""
+    wd = tmp_path / "demo"
+    run = interrupted_demo(wd, sc)
+    out = run.stdout
+    assert run.returncode == 1, out[-3000:] + run.stderr[-3000:]
+    assert (
+        "resume check: dataloader: the recover checkpoint of step 0 counts 2 "
+        "batch(es) drawn in epoch 0, 1 trained: 1 batch(es) AReaL drew ahead before "
+        "step 0's recover checkpoint, which the resume skipped" in out
+    )
+    assert "drawn ahead by AReaL before the recover checkpoint), 0 repeated" in out
+    assert "DIFFERENT: the resume lost or repeated prompts" in out
+    rec = wd / "root" / "tinydemo" / "trial0" / "areal_debug_recording"
+    rc, found = resume_check(rec)
+    assert rc == 3 and found["lossless"] is False, found
+    (resume,) = found["resumes"]
+    assert (resume["dataloader"], resume["drawn_ahead"]) == ("drawn_ahead", 1), resume
+    assert resume["served_first"] == 0 and resume["different_prompts"] == [1]
+    # Every prompt the killed attempt's step 1 trained that no kept step did is
+    # named, as drawn ahead by step 0.
+    killed_step_1 = step_prompts(
+        superseded_attempts(RecordingReader(str(rec)))[0][1], 1
+    )
+    kept = {p for s in (0, 1, 2) for p in step_prompts(RecordingReader(str(rec)), s)}
+    assert found["lost"], found
+    assert sorted(lost["prompt"] for lost in found["lost"]) == sorted(
+        p for p in killed_step_1 if p not in kept
+    )
+    assert {(lost["step"], lost["drawn_ahead_by"]) for lost in found["lost"]} == {
+        (1, 0)
+    }
+    text = subprocess.run(
+        [sys.executable, "-m", "areal_debug.cli", "resume", str(rec)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
+    assert "Dataloader: DRAWN AHEAD and skipped" in text
+    assert "drawn ahead by step 0 before its recover checkpoint" in text
+
+
+@pytest.mark.parametrize(
+    "sc",
+    [False, pytest.param(True, marks=pytest.mark.scheduler)],
+    ids=["spmd", "single-controller"],
+)
+def test_an_interrupted_demo_resumes_losslessly_and_replays(tmp_path, sc):
+    """The same interrupted demo with debug.lossless_resume=true: the inputs
+    AReaL drew ahead are kept in step 0's recover checkpoint and served first,
+    the redone step 1 trains the prompts the killed one did, and every step
+    replays bit for bit."""
+    wd = tmp_path / "demo"
+    run = interrupted_demo(wd, sc, "debug.lossless_resume=true")
+    out = run.stdout
+    assert run.returncode == 0, out[-3000:] + run.stderr[-3000:]
+    assert "1 drawn ahead, and the 8 input(s) drawn and not trained were kept" in out
     assert "resume check: lossless (nothing lost or repeated)" in out
     assert "OK: all 3 steps replayed bit for bit." in out
-    assert run_processes(wd) == []
     # The killed attempt's step 1 is kept beside the redone one, and the
     # command says what the demo said.
     rec = wd / "root" / "tinydemo" / "trial0" / "areal_debug_recording"
@@ -303,6 +372,8 @@ def test_an_interrupted_demo_resumes_losslessly_and_replays(tmp_path, sc):
         [1],
     )
     assert resume["optimizer"] == "identical", resume
+    assert (resume["dataloader"], resume["drawn_ahead"]) == ("kept", 1), resume
+    assert resume["served_first"] == 8, resume
     assert resume["different_prompts"] == [] and found["lost"] == []
     assert found["repeated"] == [] and found["lossless"] is True
     # An optimizer whose state the resume had not restored (its count from 0

@@ -139,6 +139,17 @@ SUBJECTS: dict[str, tuple[str, ...]] = {
         "kept_step_info",
         "kept_trees",
     ),
+    "draws": (
+        "rollout_dispatcher",
+        "watch_submissions",
+        "active_task_ids",
+        "BATCHES_YIELDED",
+        "UNTRAINED_KEY",
+        "batches_drawn",
+        "read_dataloader_states",
+        "serve_untrained_first",
+        "untrained_served_first",
+    ),
     "config": (
         "compose_config",
         "TRAIN_BACKENDS",

@@ -599,6 +599,15 @@ def resume_check(check) -> Group:
             )
             + r.optimizer_detail,
         ]
+        lines.append(
+            "  Dataloader: "
+            + {
+                "drawn_ahead": "DRAWN AHEAD and skipped: ",
+                "kept": "drawn ahead, kept and served first: ",
+                "identical": "at the batches trained: ",
+            }.get(str(r.dataloader), "position not compared: ")
+            + r.dataloader_detail
+        )
         if r.superseded is None:
             lines.append(
                 "  The interrupted run had recorded no step from there on: no "
@@ -632,12 +641,20 @@ def resume_check(check) -> Group:
     if len(check.repeated) > 10:
         parts.append(Text(f"... {len(check.repeated) - 10} more repeated (--json)."))
     for lost in check.lost[:10]:
+        why = (
+            "lost with the interrupted attempt"
+            if lost.get("drawn_ahead_by") is None
+            else f"drawn ahead by step {lost['drawn_ahead_by']} before its recover "
+            "checkpoint, and skipped by the resume"
+        )
         parts.append(
             Text(
                 f"Prompt {lost['prompt']} of the superseded step {lost['step']} was "
-                "consumed by no kept step: lost with the interrupted attempt."
+                f"consumed by no kept step: {why}."
             )
         )
+    if len(check.lost) > 10:
+        parts.append(Text(f"... {len(check.lost) - 10} more lost (--json)."))
     parts.append(
         Text(
             "Lossless: nothing lost or repeated, every resume on the interrupted "

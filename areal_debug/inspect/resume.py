@@ -15,7 +15,13 @@ recording them again. So one recording answers, for each resume at step K:
   in their order: another order loses and repeats nothing);
 - where a redone step consumed other prompts: those a kept step had already
   consumed earlier in the epoch (repeated), and the superseded attempt's that no
-  kept step consumed (lost).
+  kept step consumed (lost);
+- whether the recover checkpoint it resumed from counted batches AReaL had
+  drawn and not trained (its dispatcher draws the next batch ahead whenever a
+  step's rollouts take over 1 s; docs/areal-known-issues.md): the dataloader
+  position in the checkpoint of step K-1 kept with the recording, against the
+  batches the epoch had trained. A resume skips those batches, unless the run
+  kept them and served them first (``debug.lossless_resume``).
 
 Prompts are compared by a digest of their token ids (the rows' tokens outside
 the loss mask, ``recording/contents.py``), one per trajectory dict and step:
@@ -30,7 +36,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from areal_debug import areal_compat
 from areal_debug.compare.stages import compare_model, weights_verdict
+from areal_debug.recording.checkpoints import kept_position
 from areal_debug.recording.reader import RecordingReader, superseded_attempts
 from areal_debug.stages.names import (
     MODEL_STAGE,
@@ -38,6 +46,10 @@ from areal_debug.stages.names import (
     Verdict,
     split_mini_batch,
 )
+
+# A resume's dataloader verdicts beside Verdict's identical and not_compared.
+DRAWN_AHEAD = "drawn_ahead"
+KEPT = "kept"
 
 
 @dataclass
@@ -62,6 +74,15 @@ class Resume:
     # Redone steps that consumed the same prompts in another order: nothing lost
     # or repeated (a batch collected as rollouts finish comes in their order).
     reordered: list[int] = field(default_factory=list)
+    # The dataloader position in the recover checkpoint of step - 1 against the
+    # batches its epoch had trained: DRAWN_AHEAD (batches skipped by the resume),
+    # KEPT (drawn ahead, kept and served first), IDENTICAL (nothing drawn ahead)
+    # or not_compared (with why).
+    dataloader: str = Verdict.NOT_COMPARED
+    dataloader_detail: str = ""
+    # Batches drawn and not trained at that checkpoint; inputs served first.
+    drawn_ahead: int = 0
+    served_first: int = 0
 
 
 @dataclass
@@ -81,6 +102,7 @@ class ResumeCheck:
         return not (
             self.repeated
             or self.lost
+            or any(r.dataloader == DRAWN_AHEAD for r in self.resumes)
             or any(r.different_prompts for r in self.resumes)
             or any(r.weights == Verdict.DIFFERS for r in self.resumes)
             or any(r.optimizer == Verdict.DIFFERS for r in self.resumes)
@@ -172,9 +194,12 @@ def check_resumes(reader: RecordingReader) -> ResumeCheck:
         kept = {s: step_prompts(reader, s) for s in reader.available_steps()}
     everywhere = {p for prompts in kept.values() for p in prompts}
     spe = max(1, int(reader.steps_per_epoch or 1))
+    # Batches earlier resumes skipped, by epoch: the position counts them.
+    skipped: dict[int, int] = {}
     for step, start in _run_starts(reader, attempts).items():
         weights, detail = _weights(reader, step, start)
         resume = Resume(step, weights, detail, *_optimizer(reader, step))
+        _position(reader, resume, skipped)
         for name, attempt in attempts:
             redone = [s for s in attempt.available_steps() if s >= step]
             if not redone or min(redone) != step:
@@ -182,8 +207,19 @@ def check_resumes(reader: RecordingReader) -> ResumeCheck:
             resume.superseded = name
             for s in redone:
                 before = step_prompts(attempt, s)
+                # A batch drawn ahead by step - 1 was the superseded attempt's
+                # step `step` (its first batch drawn after the checkpoint's).
+                ahead = resume.dataloader == DRAWN_AHEAD and (
+                    s < step + resume.drawn_ahead
+                )
                 lost += [
-                    {"step": s, "prompt": p} for p in before if p not in everywhere
+                    {
+                        "step": s,
+                        "prompt": p,
+                        "drawn_ahead_by": step - 1 if ahead else None,
+                    }
+                    for p in before
+                    if p not in everywhere
                 ]
                 if s not in kept:
                     continue
@@ -200,6 +236,62 @@ def check_resumes(reader: RecordingReader) -> ResumeCheck:
                         repeated.append({"step": s, "prompt": p, "earlier": earlier})
         resumes.append(resume)
     return ResumeCheck(reader.path, resumes, repeated, lost)
+
+
+def _position(reader: RecordingReader, resume: Resume, skipped: dict) -> None:
+    """Set ``resume``'s dataloader verdict from the recover checkpoint it resumed
+    from, as kept with the recording."""
+    before = resume.step - 1
+    found = kept_position(reader.path, before)
+    if found is None:
+        resume.dataloader_detail = (
+            f"no recover checkpoint of step {before} is kept with the recording "
+            "(recorded by an earlier areal-debug, or removed by the retention "
+            "policy): its dataloader position is not known"
+        )
+        return
+    info, states = found
+    drawn = [areal_compat.batches_drawn(s) for s in states]
+    epoch, epoch_step = info.get("epoch"), info.get("epoch_step")
+    if None in drawn or not isinstance(epoch_step, int):
+        resume.dataloader_detail = (
+            f"the recover checkpoint of step {before} holds no dataloader position "
+            "this areal-debug reads"
+        )
+        return
+    trained = epoch_step + 1
+    position = max(drawn)
+    if trained == info.get("steps_per_epoch") and position < trained:
+        # The epoch was trained whole and the next one drawn from.
+        ahead = position
+    else:
+        ahead = position - trained - skipped.get(epoch, 0)
+    resume.drawn_ahead = max(0, ahead)
+    resume.served_first = max(
+        len(s.get(areal_compat.UNTRAINED_KEY) or ()) for s in states
+    )
+    where = (
+        f"the recover checkpoint of step {before} counts {position} batch(es) "
+        f"drawn in epoch {epoch}, {trained} trained"
+    )
+    if resume.drawn_ahead == 0:
+        resume.dataloader = Verdict.IDENTICAL
+        resume.dataloader_detail = f"{where}: nothing drawn ahead"
+    elif resume.served_first:
+        resume.dataloader = KEPT
+        resume.dataloader_detail = (
+            f"{where}: {resume.drawn_ahead} drawn ahead, and the "
+            f"{resume.served_first} input(s) drawn and not trained were kept and "
+            "served first (debug.lossless_resume)"
+        )
+    else:
+        resume.dataloader = DRAWN_AHEAD
+        resume.dataloader_detail = (
+            f"{where}: {resume.drawn_ahead} batch(es) AReaL drew ahead before step "
+            f"{before}'s recover checkpoint, which the resume skipped (rerun with "
+            "debug.lossless_resume=true)"
+        )
+        skipped[epoch] = skipped.get(epoch, 0) + resume.drawn_ahead
 
 
 def _consumed_before(kept: dict[int, list[str]], p: str, step: int, spe: int):

@@ -11,7 +11,9 @@ ReplayDataLoader position as in any resumed run.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
+import pickle
 import shutil
 
 # AReaL's checkpoint layout, and the names its trees have in a kept checkpoint,
@@ -19,10 +21,14 @@ import shutil
 # path of AReaL's own is asked for: the store's own processes (the writer process,
 # the reliability suite's stand-in runs) never load AReaL.
 from areal_debug.areal_compat import (
+    DATALOADER_INFO,
     checkpoint_pointer_module,
     generation_pointer,
     install_generation,
+    kept_info_dir,
+    kept_step_info,
     kept_trees,
+    read_dataloader_states,
     recover_model_names,
     recover_paths,
     save_root,
@@ -154,3 +160,21 @@ def install(
         # which it starts afresh.
         path, text = generation_pointer(root, step, names)
         atomic_write_bytes(path, text.encode())
+
+
+def kept_position(recording: str, step: int) -> tuple[dict, list[dict]] | None:
+    """(AReaL's step info, the dataloader state of each rank) in the recover
+    checkpoint of ``step`` kept with the recording; None where none is kept or
+    it cannot be read. The states are read as plain values
+    (``areal_compat.read_dataloader_states``: nothing in them is called)."""
+    kept = os.path.join(recording, KEPT, step_dirname(step))
+    try:
+        with open(kept_step_info(kept)) as f:
+            info = json.load(f)
+        states = read_dataloader_states(
+            os.path.join(kept_info_dir(kept), DATALOADER_INFO)
+        )
+    except (OSError, ValueError, pickle.UnpicklingError, EOFError) as e:
+        logger.debug(f"No dataloader position in {kept}: {e!r}")
+        return None
+    return (info, states) if isinstance(info, dict) and states else None

@@ -20,7 +20,11 @@ training-inference mismatch (``tooling/logprob_fault.py``). ``--refuse-version K
 (or ``AREAL_DEBUG_CPU_SERVER_REFUSE``) answers 503 to every request, at weight
 version K (step K in a fresh run), for the first prompt asked at that version: a
 rollout that fails in the engine's client, as AReaL main fails one with a NaN
-log-prob.
+log-prob. ``--slow-rollouts SECONDS`` (or ``AREAL_DEBUG_CPU_SERVER_SLOW``) holds
+each answer back that long after generating it: rollouts as slow as a GPU
+cluster's, where AReaL's dispatcher draws the next batch ahead of the step's
+recover checkpoint (docs/areal-known-issues.md). The order and the tokens are
+those of a server without it.
 
 Generation runs on one worker thread in arrival order from one seeded RNG:
 deterministic for a given seed and request order.
@@ -225,6 +229,8 @@ class Generator:
 
 #: Read when the server is started without ``--refuse-version``.
 REFUSE_ENV = "AREAL_DEBUG_CPU_SERVER_REFUSE"
+#: Read when the server is started without ``--slow-rollouts``.
+SLOW_ENV = "AREAL_DEBUG_CPU_SERVER_SLOW"
 
 
 class CPUServer:
@@ -234,9 +240,11 @@ class CPUServer:
         seed: int = 0,
         fault: LogprobFault | None = None,
         refuse_version: int | None = None,
+        slow_rollouts: float = 0.0,
     ):
         self.gen = Generator(model_path, seed, fault)
         self.refuse_version = refuse_version
+        self.slow_rollouts = slow_rollouts
         # The prompt refused at that version (its group's requests, and their
         # retries, all fail), and how many requests were refused.
         self.refused_prompt: tuple[int, ...] | None = None
@@ -262,6 +270,10 @@ class CPUServer:
             )
         result = await self._call(self.gen.generate, ids, params)
         self.requests += 1
+        # Held back after generating, not before: generation keeps the arrival
+        # order, so the tokens are those of a server without the delay.
+        if self.slow_rollouts > 0:
+            await asyncio.sleep(self.slow_rollouts)
         return web.json_response(result)
 
     def _refuses(self, ids: list[int]) -> bool:
@@ -365,8 +377,9 @@ async def serve(
     addr_file: str | None,
     fault: LogprobFault | None = None,
     refuse_version: int | None = None,
+    slow_rollouts: float = 0.0,
 ):
-    server = CPUServer(model_path, seed, fault, refuse_version)
+    server = CPUServer(model_path, seed, fault, refuse_version, slow_rollouts)
     if fault is not None:
         logger.warning(f"Injecting a log-prob fault: {fault.describe()}")
     if refuse_version is not None:
@@ -374,6 +387,8 @@ async def serve(
             f"Refusing every request for the first prompt at weight version "
             f"{refuse_version}"
         )
+    if slow_rollouts > 0:
+        logger.warning(f"Holding every answer back {slow_rollouts:g} s (slow rollouts)")
     runner = web.AppRunner(server.app(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
@@ -420,7 +435,18 @@ def main(argv: list[str] | None = None) -> None:
         help="answer 503 to every request for the first prompt asked at weight "
         f"version K (a rollout failing in the engine; default: ${REFUSE_ENV})",
     )
+    ap.add_argument(
+        "--slow-rollouts",
+        type=float,
+        default=float(os.environ.get(SLOW_ENV) or 0),
+        metavar="SECONDS",
+        help="hold every answer back SECONDS after generating it: rollouts slower "
+        "than AReaL's 1 s wait, as on a GPU cluster (default: $"
+        f"{SLOW_ENV}, else 0)",
+    )
     args = ap.parse_args(argv)
+    if not 0 <= args.slow_rollouts <= 600:
+        ap.error(f"--slow-rollouts {args.slow_rollouts:g}: give 0 to 600 seconds")
     try:
         fault = (
             None
@@ -447,6 +473,7 @@ def main(argv: list[str] | None = None) -> None:
                 args.addr_file,
                 fault,
                 args.refuse_version,
+                args.slow_rollouts,
             )
         )
     except KeyboardInterrupt:

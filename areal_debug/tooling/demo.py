@@ -62,11 +62,16 @@ def say(msg: str) -> None:
 
 
 def start_server(
-    workdir: Path, env: dict, logprob_fault: str | None = None
+    workdir: Path,
+    env: dict,
+    logprob_fault: str | None = None,
+    slow_rollouts: float = 0.0,
 ) -> tuple[subprocess.Popen, str]:
     """The CPU server on ``workdir/model``, healthy; see ``testing.start_server``."""
     try:
-        return testing.start_server(workdir, env, logprob_fault=logprob_fault)
+        return testing.start_server(
+            workdir, env, logprob_fault=logprob_fault, slow_rollouts=slow_rollouts
+        )
     except testing.ServerError as e:
         raise DemoError(str(e)) from None
 
@@ -201,14 +206,17 @@ def say_resume_check(reader: RecordingReader) -> bool:
             f"{str(r.optimizer).replace('_', ' ')} (against the killed run's after "
             f"step {r.step - 1}); {redone}"
         )
+        say(f"[2/4] resume check: dataloader: {r.dataloader_detail}")
     lost, repeated = len(check.lost), len(check.repeated)
+    ahead = sum(1 for p in check.lost if p.get("drawn_ahead_by") is not None)
+    said = f" ({ahead} drawn ahead by AReaL before the recover checkpoint)"
     say(
         "[2/4] resume check: "
         + (
             "lossless (nothing lost or repeated)"
             if check.lossless
-            else f"NOT lossless: {lost} prompt(s) lost, {repeated} repeated "
-            f"(areal-debug resume {shlex.quote(reader.path)})"
+            else f"NOT lossless: {lost} prompt(s) lost{said if ahead else ''}, "
+            f"{repeated} repeated (areal-debug resume {shlex.quote(reader.path)})"
         )
     )
     return check.lossless
@@ -343,9 +351,11 @@ def run_demo(
     overrides: tuple[str, ...] = (),
     logprob_fault: str | None = None,
     interrupt_after: int | None = None,
+    slow_rollouts: float = 0.0,
 ) -> int:
     """Record, replay and compare; ``overrides`` go to both runs;
-    ``logprob_fault`` is the CPU server's ``--logprob-fault``; with
+    ``logprob_fault`` is the CPU server's ``--logprob-fault`` and
+    ``slow_rollouts`` its ``--slow-rollouts``; with
     ``interrupt_after`` N, the dump run is killed once step N + 1 is recorded and
     resumed with AReaL's recovery, and the resume checked."""
     named = [o for o in overrides if o.lstrip("+").split("=")[0] in OWN_KEYS]
@@ -359,6 +369,8 @@ def run_demo(
             parse_fault(logprob_fault)
         except FaultError as e:
             raise DemoError(str(e)) from None
+    if not 0 <= slow_rollouts <= 600:
+        raise DemoError(f"--slow-rollouts {slow_rollouts:g}: give 0 to 600 seconds")
     if interrupt_after is not None:
         if not 0 <= interrupt_after <= steps - 2:
             raise DemoError(
@@ -382,7 +394,12 @@ def run_demo(
     say("[2/4] record: starting the CPU inference server (SGLang HTTP protocol)")
     if logprob_fault:
         say(f"[2/4] record: the server reports log-probs off: {logprob_fault}")
-    server, addr = start_server(wd, base_env, logprob_fault)
+    if slow_rollouts:
+        say(
+            f"[2/4] record: the server holds each answer back {slow_rollouts:g} s "
+            "(rollouts as slow as a GPU cluster's)"
+        )
+    server, addr = start_server(wd, base_env, logprob_fault, slow_rollouts)
     try:
         say(
             f"[2/4] record: dump in {how}: {steps} GRPO steps on {nproc} trainer "

@@ -48,6 +48,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(areal-debug resume), then replay as usual",
     )
     p.add_argument(
+        "--slow-rollouts",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="the CPU server holds each answer back SECONDS: rollouts slower than "
+        "AReaL's 1 s wait, as on a GPU cluster, where AReaL draws the next batch "
+        "before a step's recover checkpoint (with --interrupt-after, a resume then "
+        "skips it unless debug.lossless_resume=true)",
+    )
+    p.add_argument(
         "overrides",
         nargs="*",
         metavar="KEY=VALUE",
@@ -68,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
             overrides=tuple(args.overrides),
             logprob_fault=args.logprob_fault,
             interrupt_after=args.interrupt_after,
+            slow_rollouts=args.slow_rollouts,
         )
     except DemoError as e:
         print(f"areal-debug demo: {e}", file=sys.stderr)
