@@ -145,6 +145,7 @@ SUBJECTS: dict[str, tuple[str, ...]] = {
         "active_task_ids",
         "BATCHES_YIELDED",
         "UNTRAINED_KEY",
+        "EPOCH_KEY",
         "batches_drawn",
         "read_dataloader_states",
         "serve_untrained_first",

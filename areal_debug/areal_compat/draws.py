@@ -77,6 +77,8 @@ BATCHES_YIELDED = "_num_yielded"
 # dataloader_info.pkl, written with the rest of the recover checkpoint), the
 # items drawn and not trained, in the order they were drawn.
 UNTRAINED_KEY = "areal_debug_untrained"
+# ... and the epoch its position is in (cycle_dataloader's count is not saved).
+EPOCH_KEY = "areal_debug_epoch"
 
 
 def batches_drawn(state: Any) -> int | None:
@@ -118,40 +120,58 @@ def read_dataloader_states(path: str) -> list[dict]:
 # -- the lossless-resume train dataloader -----------------------------------------------
 def serve_untrained_first(loader: Any, ledger: Any) -> Any:
     """Make ``loader`` (the trainer's train dataloader, a StatefulDataLoader)
-    keep ``ledger.untrained()`` in its state and, restored, yield those items
-    first, as one batch (``cycle_dataloader`` takes a batch's items one by one),
-    then its own position on. Each batch it yields goes to ``ledger.yielded``.
+    resume as the uninterrupted run would have drawn:
+
+    - its state keeps ``ledger.untrained()``; restored, it yields those items
+      first, as one batch (``cycle_dataloader`` takes a batch's items one by
+      one), then its own position on. Each batch it yields goes to
+      ``ledger.yielded``;
+    - its state keeps its epoch, and each pass over it shuffles as that epoch:
+      ``cycle_dataloader`` (areal/utils/data.py:1366 in 1.0.4) counts epochs from
+      0 in every run and sets them on the ``DistributedSampler``
+      (utils/dataloader.py:47), which the restored position does not hold, so a
+      plain resume in epoch e >= 1 draws epoch 0's order from its position on.
 
     Its class is swapped for a subclass made here, not wrapped: AReaL, torch and
     a user's code see the same object (``isinstance``, ``len``, ``batch_size``,
-    the sampler ``cycle_dataloader`` sets the epoch of). A mixin would not do:
-    a base other than the loader's own changes the instance's layout, which
-    ``__class__`` assignment refuses."""
+    the sampler). A mixin would not do: a base other than the loader's own
+    changes the instance's layout, which ``__class__`` assignment refuses."""
     base = type(loader)
 
     class ServesUntrainedFirst(base):
         def __iter__(self):
             first, self._areal_debug_first = self._areal_debug_first, []
+            # After cycle_dataloader's set_epoch: the run's own epoch wins.
+            epoch = self._areal_debug_epoch
+            if hasattr(self.sampler, "set_epoch"):
+                self.sampler.set_epoch(epoch)
             if first:
                 ledger.yielded(first)
                 yield first
             for batch in super().__iter__():
                 ledger.yielded(batch)
                 yield batch
+            self._areal_debug_epoch = epoch + 1
 
         def state_dict(self):
             state = dict(super().state_dict())
             state[UNTRAINED_KEY] = ledger.untrained() + list(self._areal_debug_first)
+            state[EPOCH_KEY] = self._areal_debug_epoch
             return state
 
         def load_state_dict(self, state):
             state = dict(state)
             self._areal_debug_first = list(state.pop(UNTRAINED_KEY, None) or [])
+            epoch = state.pop(EPOCH_KEY, None)
+            if isinstance(epoch, int):
+                # A position at an epoch's end starts the next epoch.
+                self._areal_debug_epoch = epoch + bool(state.get("_iterator_finished"))
             return super().load_state_dict(state)
 
     ServesUntrainedFirst.__name__ = ServesUntrainedFirst.__qualname__ = base.__name__
     loader.__class__ = ServesUntrainedFirst
     loader._areal_debug_first = []
+    loader._areal_debug_epoch = 0
     return loader
 
 
