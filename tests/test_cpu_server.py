@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -407,3 +408,52 @@ def test_a_fault_spec_the_server_cannot_read_says_how_to_write_one(
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert f"--logprob-fault {spec!r}" in err and message in err
+
+
+def test_slow_rollouts_hold_each_answer_back_and_keep_its_tokens(tiny_assets):
+    """--slow-rollouts S: each answer comes S seconds after its generation, with
+    the tokens and log-probs a server without it gives (generation keeps the
+    arrival order)."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from areal_debug.tooling.cpu_server import CPUServer
+
+    body = {
+        "input_ids": PROMPT,
+        "sampling_params": {"max_new_tokens": 4, "temperature": 1.0},
+    }
+
+    async def ask(slow: float):
+        server = CPUServer(str(tiny_assets / "model"), seed=3, slow_rollouts=slow)
+        async with TestClient(TestServer(server.app())) as client:
+            t0 = time.monotonic()
+            response = await client.post("/generate", json=body)
+            answer = await response.json()
+            return answer, time.monotonic() - t0
+
+    plain, _ = asyncio.run(ask(0.0))
+    held, took = asyncio.run(ask(1.5))
+    assert (
+        held["meta_info"]["output_token_logprobs"]
+        == (plain["meta_info"]["output_token_logprobs"])
+    )
+    assert took >= 1.5, took
+
+
+def test_slow_rollouts_out_of_range_are_refused(tiny_assets):
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "areal_debug.tooling.cpu_server",
+            "--model-path",
+            str(tiny_assets / "model"),
+            "--slow-rollouts",
+            "-1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 2
+    assert "--slow-rollouts -1: give 0 to 600 seconds" in run.stderr

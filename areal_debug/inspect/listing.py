@@ -15,6 +15,7 @@ from areal_debug.inspect.common import (
     require_path,
     track,
 )
+from areal_debug.inspect.resume import DRAWN_AHEAD, resume_positions
 from areal_debug.recording.atomic import read_json
 from areal_debug.recording.format import (
     ANOMALY,
@@ -83,6 +84,8 @@ class RecordingSummary:
     # Resumes whose interrupted attempt had recorded steps again recorded
     # (superseded/<time>/): `areal-debug resume` checks them.
     resumes: int = 0
+    # Those resumes that skipped batches AReaL had drawn ahead: their steps.
+    drawn_ahead: list[int] = field(default_factory=list)
 
 
 def find_recordings(root: str) -> list[str]:
@@ -179,6 +182,9 @@ def summarize(path: str, reports: list[tuple[str, ReplayReport]]) -> RecordingSu
         size_bytes=dir_bytes(path),
         replays=sorted(replays, key=lambda r: r.report),
         resumes=len(superseded_attempts(reader)),
+        drawn_ahead=[
+            r.step for r in resume_positions(reader) if r.dataloader == DRAWN_AHEAD
+        ],
     )
 
 

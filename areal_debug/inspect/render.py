@@ -90,6 +90,11 @@ def listing(summaries: list[RecordingSummary]) -> Group:
             steps += f"\nstopped at {stop.get('step')} (shard {stop.get('shard')})"
         if s.resumes:
             steps += f"\nresumed {s.resumes}x: areal-debug resume checks it"
+        if s.drawn_ahead:
+            steps += (
+                f"\n[bold red]resumed at {format_ranges(s.drawn_ahead)}: skipped "
+                "the batch AReaL drew ahead[/bold red]"
+            )
         replays = "\n".join(f"{r.trial}: {r.verdict}" for r in s.replays) or "none"
         table.add_row(
             f"{s.experiment}/{s.trial}\n[dim]\\[{number}][/dim]",

@@ -238,6 +238,34 @@ def check_resumes(reader: RecordingReader) -> ResumeCheck:
     return ResumeCheck(reader.path, resumes, repeated, lost)
 
 
+def resume_positions(reader: RecordingReader) -> list[Resume]:
+    """Each resume whose interrupted attempt recorded steps, with its dataloader
+    verdict only (no prompt, weight or statistic read): what ``ls``,
+    ``inspect`` and the page say of a recording's resumes."""
+    starts = set()
+    for _, attempt in superseded_attempts(reader):
+        steps = attempt.available_steps() or attempt.incomplete_steps()
+        if steps:
+            starts.add(min(steps))
+    skipped: dict[int, int] = {}
+    found = []
+    for step in sorted(starts):
+        resume = Resume(step, Verdict.NOT_COMPARED)
+        _position(reader, resume, skipped)
+        found.append(resume)
+    return found
+
+
+def describe_position(resume: Resume) -> str:
+    """One line: the resume's step and its dataloader verdict."""
+    head = {
+        DRAWN_AHEAD: f"{resume.drawn_ahead} batch(es) drawn ahead and SKIPPED",
+        KEPT: f"{resume.drawn_ahead} batch(es) drawn ahead, kept and served first",
+        Verdict.IDENTICAL: "nothing drawn ahead",
+    }.get(str(resume.dataloader), "dataloader position not compared")
+    return f"resumed at step {resume.step}: {head}"
+
+
 def _position(reader: RecordingReader, resume: Resume, skipped: dict) -> None:
     """Set ``resume``'s dataloader verdict from the recover checkpoint it resumed
     from, as kept with the recording."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 
 from areal_debug.inspect.common import human_bytes
 from areal_debug.recording.format import STATS, step_dirname
@@ -62,6 +63,13 @@ def _print_header(reader: RecordingReader, steps: list[int]) -> None:
         f"steps       {format_ranges(steps)} complete"
         + (f"; incomplete: {format_ranges(incomplete)}" if incomplete else "")
     )
+    from areal_debug.inspect.resume import describe_position, resume_positions
+
+    for resume in resume_positions(reader):
+        print(
+            f"resume      {describe_position(resume)} "
+            f"(areal-debug resume {shlex.quote(reader.path)}: the prompts)"
+        )
     for stop in reader.stopped():
         print(
             f"stopped     shard {stop.get('shard')} stopped recording at step "

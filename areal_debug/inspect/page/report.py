@@ -39,9 +39,10 @@ from areal_debug.inspect.page.steps import (
 )
 from areal_debug.inspect.page.two_runs import other_run
 from areal_debug.inspect.plot_recording import RECORDING_METRICS, anomalies
+from areal_debug.inspect.resume import describe_position, resume_positions
 from areal_debug.inspect.show import load_tokenizer, tokenizer_path_of
 from areal_debug.recording.reader import RecordingReader, format_ranges
-from areal_debug.stages.names import step_order
+from areal_debug.stages.names import Verdict, step_order
 from areal_debug.version import areal_debug_version
 
 # Trajectories kept per step, and completion tokens per trajectory for the token
@@ -107,6 +108,7 @@ def build_report(
     data["replay"] = report
     decoder, tok_path = _decoder(reader, tokenizer, notes)
     _areal_mismatch_note(series, notes)
+    _resume_notes(reader, notes)
     limits = StepLimits(max_per_step, max_tokens)
     details = _step_details(reader, chosen, limits, decoder, report)
     data["other"] = (
@@ -218,6 +220,16 @@ def _manifest(reader: RecordingReader) -> dict[str, Any]:
 
 
 # -- the replay: recorded vs replayed, first divergence, stage report ----------------
+def _resume_notes(reader: RecordingReader, notes: list[str]) -> None:
+    """A line per resume whose dataloader position is known: a batch AReaL drew
+    ahead and the resume skipped is lost training data."""
+    for resume in resume_positions(reader):
+        if resume.dataloader != Verdict.NOT_COMPARED:
+            notes.append(
+                f"This run {describe_position(resume)}: {resume.dataloader_detail}."
+            )
+
+
 def _areal_mismatch_note(series: dict[int, dict[str, float]], notes: list[str]):
     """Where the steps carry AReaL's own ppo_actor/train_infer statistics: whether
     they agree with ours (the line `areal-debug mismatch` prints)."""
