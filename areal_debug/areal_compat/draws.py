@@ -127,10 +127,13 @@ def serve_untrained_first(loader: Any, ledger: Any) -> Any:
       one), then its own position on. Each batch it yields goes to
       ``ledger.yielded``;
     - its state keeps its epoch, and each pass over it shuffles as that epoch:
-      ``cycle_dataloader`` (areal/utils/data.py:1366 in 1.0.4) counts epochs from
-      0 in every run and sets them on the ``DistributedSampler``
-      (utils/dataloader.py:47), which the restored position does not hold, so a
-      plain resume in epoch e >= 1 draws epoch 0's order from its position on.
+      ``cycle_dataloader`` (areal/utils/data.py:1366 in 1.0.4, 2.0.0 and main
+      @cbff54d) counts epochs from 0 in every run and sets them on the
+      ``DistributedSampler`` (utils/dataloader.py:47), which the restored
+      position does not hold, so a plain resume in epoch e >= 1 draws epoch 0's
+      order from its position on. (AReaL after cbff54d restores the epoch and
+      starts cycle_dataloader's count from the sampler's: there the sampler's
+      epoch is taken where the state has none.)
 
     Its class is swapped for a subclass made here, not wrapped: AReaL, torch and
     a user's code see the same object (``isinstance``, ``len``, ``batch_size``,
@@ -141,8 +144,16 @@ def serve_untrained_first(loader: Any, ledger: Any) -> Any:
     class ServesUntrainedFirst(base):
         def __iter__(self):
             first, self._areal_debug_first = self._areal_debug_first, []
-            # After cycle_dataloader's set_epoch: the run's own epoch wins.
-            epoch = self._areal_debug_epoch
+            # After cycle_dataloader's set_epoch, so the run's own epoch wins:
+            # the restored one for the first pass (else the sampler's, which an
+            # AReaL that restores it has set), one more for each pass after.
+            if self._areal_debug_passes:
+                epoch = self._areal_debug_epoch + 1
+            elif self._areal_debug_epoch is not None:
+                epoch = self._areal_debug_epoch
+            else:
+                epoch = getattr(self.sampler, "epoch", 0)
+            self._areal_debug_epoch, self._areal_debug_passes = epoch, True
             if hasattr(self.sampler, "set_epoch"):
                 self.sampler.set_epoch(epoch)
             if first:
@@ -151,12 +162,14 @@ def serve_untrained_first(loader: Any, ledger: Any) -> Any:
             for batch in super().__iter__():
                 ledger.yielded(batch)
                 yield batch
-            self._areal_debug_epoch = epoch + 1
 
         def state_dict(self):
             state = dict(super().state_dict())
             state[UNTRAINED_KEY] = ledger.untrained() + list(self._areal_debug_first)
-            state[EPOCH_KEY] = self._areal_debug_epoch
+            epoch = self._areal_debug_epoch
+            state[EPOCH_KEY] = (
+                getattr(self.sampler, "epoch", 0) if epoch is None else epoch
+            )
             return state
 
         def load_state_dict(self, state):
@@ -164,14 +177,15 @@ def serve_untrained_first(loader: Any, ledger: Any) -> Any:
             self._areal_debug_first = list(state.pop(UNTRAINED_KEY, None) or [])
             epoch = state.pop(EPOCH_KEY, None)
             if isinstance(epoch, int):
-                # A position at an epoch's end starts the next epoch.
-                self._areal_debug_epoch = epoch + bool(state.get("_iterator_finished"))
+                self._areal_debug_epoch = epoch
             return super().load_state_dict(state)
 
     ServesUntrainedFirst.__name__ = ServesUntrainedFirst.__qualname__ = base.__name__
     loader.__class__ = ServesUntrainedFirst
     loader._areal_debug_first = []
-    loader._areal_debug_epoch = 0
+    # The epoch of the pass its position is in; whether a pass began here.
+    loader._areal_debug_epoch = None
+    loader._areal_debug_passes = False
     return loader
 
 
