@@ -273,6 +273,16 @@ class DebugConfig:
             "data-parallel layout."
         },
     )
+    require_all_seams: bool = field(
+        default=False,
+        metadata={
+            "help": "Refuse to start where the installed AReaL lacks or has changed "
+            "any private name areal-debug hooks into (areal_compat.seams: trainer "
+            "hooks, patched engine methods), instead of going on without what it "
+            "feeds and saying so. A missing seam the run itself needs is always "
+            "refused."
+        },
+    )
     lossless_resume: bool = field(
         default=False,
         metadata={

@@ -11,7 +11,12 @@ AReaL's private hook names are mapped to these in ``areal_compat.TrainerHooks``.
 
 from __future__ import annotations
 
-from areal_debug.areal_compat import TRAINER_HOOKS, TrainerHooks, check_areal_version
+from areal_debug.areal_compat import (
+    TRAINER_HOOKS,
+    TrainerHooks,
+    check_areal_version,
+    check_seams_at_start,
+)
 from areal_debug.compare.replay import DivergenceStop
 from areal_debug.config import DebugConfig, debug_config_of
 from areal_debug.lossless_resume import lossless_resume
@@ -22,6 +27,9 @@ class DebugPPOTrainer(TrainerHooks):
     def __init__(self, config, train_dataset=None, valid_dataset=None):
         check_areal_version(hooks=TRAINER_HOOKS)
         self.debug: DebugConfig = debug_config_of(config)
+        # Every seam, whatever the version says: a renamed hook is named here
+        # with what it fed, not left as dead code.
+        self.missing_seams = check_seams_at_start(self.debug.require_all_seams)
         self.debug_mode: DebugMode = choose_mode(self, self.debug)
         # debug.lossless_resume: with or without recording, beside the mode.
         self.lossless_resume = lossless_resume(self, self.debug)

@@ -1600,6 +1600,22 @@ def _():
     assert resumed == killed, (killed, resumed)
 
 
+@check("seams", "every seam is there, taking the parameters relied on")
+def _():
+    assert areal_compat.check_seams() == []
+
+
+@check("seams", "each trainer hook TrainerHooks overrides is a seam")
+def _():
+    overridden = {
+        name
+        for name in vars(compat_trainer.TrainerHooks)
+        if name.startswith("_") and not name.startswith("__")
+    }
+    seams = {s.name.split(".")[-1] for s in areal_compat.SEAMS}
+    assert overridden <= seams, overridden - seams
+
+
 def _resumed_in_epoch_1(lossless: bool) -> tuple[list, list]:
     """Steps 10-11 of an uninterrupted run (8 steps an epoch, fast rollouts) and
     of one resumed from step 9's recover checkpoint, in epoch 1."""

@@ -134,3 +134,15 @@ def test_no_path_in_the_docs_depends_on_user_being_set():
     containers and CI often run without $USER: the pages spell it $(whoami)."""
     for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         assert "$USER" not in page.read_text(), page.name
+
+
+def test_every_seam_is_in_the_usage_table():
+    """docs/usage.md "What areal-debug needs from AReaL" lists the adapter's seam
+    table as the code declares it."""
+    from areal_debug.areal_compat.seams import SEAMS
+
+    text = (ROOT / "docs" / "usage.md").read_text()
+    for seam in SEAMS:
+        params = f"({', '.join(seam.params)})" if seam.params else ""
+        row = f"| `{seam.where}`{params} | {seam.how} | {seam.capability.value} |"
+        assert row in text, row

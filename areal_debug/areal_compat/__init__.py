@@ -44,6 +44,7 @@ SUBJECTS: dict[str, tuple[str, ...]] = {
         "areal_build_change",
         "areal_release",
         "check_areal_version",
+        "untested_areal",
     ),
     "trainer": (
         "TrainerHooks",
@@ -138,6 +139,16 @@ SUBJECTS: dict[str, tuple[str, ...]] = {
         "kept_model_dir",
         "kept_step_info",
         "kept_trees",
+    ),
+    "seams": (
+        "Capability",
+        "Seam",
+        "SEAMS",
+        "MissingSeam",
+        "check_seams",
+        "lost_capabilities",
+        "refuses",
+        "check_seams_at_start",
     ),
     "draws": (
         "rollout_dispatcher",

@@ -193,6 +193,19 @@ def missing_hooks(hooks: tuple[tuple[str, str], ...]) -> list[str]:
     return missing
 
 
+def untested_areal(installed: str | None = None) -> str | None:
+    """``AReaL 2.1.0, a release areal-debug was not tested with (tested: ...)``
+    where the installed release is outside ``SUPPORTED_AREAL``; else None."""
+    installed = installed or installed_areal_version()
+    parsed = _parse_version(installed)
+    if any(low <= parsed < high for low, high in SUPPORTED_AREAL):
+        return None
+    return (
+        f"AReaL {installed}, a release areal-debug was not tested with (tested: "
+        f"{TESTED_AREAL})"
+    )
+
+
 _warned: set[str] = set()
 
 

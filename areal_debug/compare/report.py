@@ -103,6 +103,21 @@ class StepComparison:
         return name, m, len(diverged)
 
 
+def not_compared(recorded: list[dict[str, Any]], replaying: list[Any]) -> list[str]:
+    """``capability (why)`` for each seam the dump run's AReaL lacked (its
+    manifest's ``missing_seams``) or the replay's lacks (``MissingSeam``s),
+    once each."""
+    found: dict[str, str] = {}
+    for run, missing in (
+        ("the dump run's AReaL", recorded),
+        ("this AReaL", [m.to_json() for m in replaying]),
+    ):
+        for m in missing:
+            capability = str(m.get("capability", "?")).split(" (")[0]
+            found.setdefault(capability, f"{m.get('problem', '?')} in {run}")
+    return [f"{capability} ({why})" for capability, why in found.items()]
+
+
 @dataclass
 class ReplayReport:
     recording: str
@@ -118,6 +133,9 @@ class ReplayReport:
     # The weights the replay's first step started from against the recording's
     # (compare.stages.compare_model, with actor_path); None: not checked.
     model: dict[str, Any] | None = None
+    # What neither run could see, each "capability (why)": a seam the dump's or
+    # the replay's AReaL lacked (areal_compat.seams). No verdict covers these.
+    not_compared: list[str] = field(default_factory=list)
 
     def headline(self) -> str:
         """One line: how the replay went, and what was changed that can explain it."""
@@ -132,6 +150,8 @@ class ReplayReport:
                 if same == len(steps)
                 else f"within tolerance at every step ({same} of {len(steps)} bitwise)"
             )
+            if self.not_compared:
+                text += " in what was compared"
         else:
             staged, first = self.first_stage_divergence(), self.first_divergence()
             if staged:
@@ -162,6 +182,8 @@ class ReplayReport:
             text += "; you changed " + ", ".join(c["key"] for c in self.config_changes)
         if self.areal_change:
             text += f"; {self.areal_change}"
+        if self.not_compared:
+            text += "; NOT compared: " + "; ".join(self.not_compared)
         return text
 
     def first_divergence(self) -> dict[str, Any] | None:
@@ -196,6 +218,7 @@ class ReplayReport:
                 "identical_steps": sum(e.status == Verdict.IDENTICAL for e in steps),
                 "all_identical": bool(steps)
                 and all(e.status == Verdict.IDENTICAL for e in steps),
+                "not_compared": self.not_compared,
                 "first_divergence": self.first_divergence(),
             },
             "first_divergence": self.first_stage_divergence(),
@@ -228,6 +251,7 @@ class ReplayReport:
             areal_change=data.get("areal_change"),
             config_changes=data.get("config_changes"),
             model=data.get("model"),
+            not_compared=list(data.get("summary", {}).get("not_compared") or []),
         )
 
 

@@ -156,6 +156,7 @@ class DumpMode(ActiveMode):
             worker_determinism=self.worker_settings(),
             config=config_dict(config, self.debug),
             recorded_teacher_logp=self.records_teacher,
+            missing_seams=[m.to_json() for m in self.trainer.missing_seams],
         )
 
     # -- each step -----------------------------------------------------------------

@@ -28,7 +28,7 @@ from areal_debug.compare.replay import (
     determinism_changes,
     topology_change,
 )
-from areal_debug.compare.report import REPORT_NAME
+from areal_debug.compare.report import REPORT_NAME, not_compared
 from areal_debug.config import earlier_replays_note, replaced_report_note
 from areal_debug.logs import get_logger
 from areal_debug.modes import replay_setup
@@ -180,6 +180,9 @@ class ReplayMode(ActiveMode):
             self.reader, self.debug, topology, report, self._recorded_stages
         )
         self.comparison.report.areal_change = areal_change
+        self.comparison.report.not_compared = not_compared(
+            manifest.missing_seams, self.trainer.missing_seams
+        )
         if manifest.config:
             changes = training_changes(
                 manifest.config, config_dict(self.trainer.config, self.debug)

@@ -102,12 +102,17 @@ class Manifest:
     config: dict[str, Any] = field(default_factory=dict)
     # Each step also holds the teacher's log-probs (teacher.engine_type=rollout).
     recorded_teacher_logp: bool = False
+    # The seams the dump run's AReaL lacked (areal_compat.seams.MissingSeam:
+    # seam, problem, capability): what the recording does not hold.
+    missing_seams: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["layout"] = self.layout.to_json()
         if not out["areal_build"]:  # recordings of earlier releases have none
             del out["areal_build"]
+        if not out["missing_seams"]:  # nor this, where nothing was missing
+            del out["missing_seams"]
         return {k: v for k, v in out.items() if v is not None}
 
     @classmethod
@@ -131,4 +136,5 @@ class Manifest:
             or [],
             config=_typed(data, "config", dict, False, {}) or {},
             recorded_teacher_logp=_flag(data, "recorded_teacher_logp"),
+            missing_seams=_typed(data, "missing_seams", list, False, []) or [],
         )

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from areal_debug import testing
+from areal_debug import areal_compat, testing
 from areal_debug.compare.report import ReplayReport, read_report
 from areal_debug.inspect.common import cli_command
 from areal_debug.recording.format import RECORDING_DIRNAME, STEP_META, step_dirname
@@ -427,7 +427,8 @@ def run_demo(
     replay_time = timed_run(wd, "replay", ["bash", str(script)], script_env(), steps)
 
     say("[4/4] compare")
-    ok, problem = print_table(reader, load_report(wd))
+    report = load_report(wd)
+    ok, problem = print_table(reader, report)
     print(
         f"dump run {dump_time:.1f} s (with inference), replay run {replay_time:.1f} s "
         "(no inference)"
@@ -445,8 +446,18 @@ def run_demo(
         f"           {cli} show {rec} --step 0 --decode\n"
         f"           {cli} mismatch {rec}"
     )
+    untested = areal_compat.untested_areal()
+    on = f" (on {untested})" if untested else ""
+    if ok and lossless and report.not_compared:
+        print(
+            f"PARTLY: all {len(reader.available_steps())} steps replayed bit for bit "
+            f"in what was compared{on}; NOT compared: {'; '.join(report.not_compared)}."
+        )
+        return 1
     if ok and lossless:
-        print(f"OK: all {len(reader.available_steps())} steps replayed bit for bit.")
+        print(
+            f"OK: all {len(reader.available_steps())} steps replayed bit for bit{on}."
+        )
         return 0
     if ok:
         print("DIFFERENT: the resume lost or repeated prompts (the resume check above)")

@@ -5,7 +5,9 @@ fake inference engine in the dump run. Usage (under torchrun):
     train_fake_engine.py --config tests/configs/tiny_fake.yaml [key=value ...]
 
 Environment: AREAL_DEBUG_TEST_TRAINER=plain uses AReaL's PPOTrainer instead;
-AREAL_DEBUG_TEST_STATS=<file> appends every committed stats dict as JSON.
+AREAL_DEBUG_TEST_STATS=<file> appends every committed stats dict as JSON;
+AREAL_DEBUG_TEST_RENAME_HOOK=old:new renames PPOTrainer.<old> as an AReaL that
+renamed it would (tests/support/renamed_hook.py).
 """
 
 import json
@@ -19,6 +21,7 @@ from areal.engine import RemoteSGLangEngine, RemotevLLMEngine  # noqa: E402
 from areal.trainer.rl_trainer import PPOTrainer  # noqa: E402
 from areal.workflow.rlvr import RLVRWorkflow  # noqa: E402
 from support.fake_engine import FORBID_ENV, FakeRolloutEngine  # noqa: E402
+from support.renamed_hook import apply_from_env  # noqa: E402
 
 from areal_debug import DebugPPOConfig, DebugPPOTrainer, load_expr_config  # noqa: E402
 from areal_debug.tooling.tiny_task import (  # noqa: E402
@@ -51,6 +54,7 @@ def _forbid(*args, **kwargs):
 
 
 def main(argv):
+    apply_from_env()  # AREAL_DEBUG_TEST_RENAME_HOOK: an AReaL that renamed a hook
     config, _ = load_expr_config(argv, DebugPPOConfig)
     if config.debug.replay_rollout_data:
         os.environ[FORBID_ENV] = "1"

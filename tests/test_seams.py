@@ -1,0 +1,81 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The seams (areal_compat.seams): on an AReaL that renamed one of PPOTrainer's
+hooks, its version unchanged, the run names it at start with what is lost, and
+the replay's verdict says what it did not compare instead of "identical"."""
+
+from __future__ import annotations
+
+import pytest
+from support.harness import replay_report, run_torchrun
+from support.recordings import DROPOUT, SPMD_D1_STEPS
+from support.renamed_hook import RENAME_ENV
+
+from areal_debug import areal_compat
+
+pytestmark = pytest.mark.areal
+
+STATS_HOOK = "_export_and_commit_stats"
+
+
+def test_every_seam_is_there_on_this_areal():
+    assert areal_compat.check_seams() == []
+
+
+def test_a_missing_or_changed_seam_is_named_with_what_is_lost():
+    Capability, Seam = areal_compat.Capability, areal_compat.Seam
+    trainer = "areal.trainer.rl_trainer:PPOTrainer"
+    seams = (
+        Seam(f"{trainer}._no_such_hook", Capability.STATISTICS),
+        Seam(f"{trainer}._evaluate", Capability.EVALUATION, params=("no_such_param",)),
+        Seam("areal.no_such_module:anything", Capability.STAGES, "call"),
+        Seam(f"{trainer}._save_recover_checkpoint", Capability.KEPT_CHECKPOINTS),
+    )
+    missing = areal_compat.check_seams(seams)
+    assert [m.problem for m in missing] == [
+        "PPOTrainer._no_such_hook is missing",
+        "PPOTrainer._evaluate no longer takes no_such_param",
+        "module areal.no_such_module is missing",
+    ]
+    assert missing[0].line() == (
+        "statistics recorded and compared not available: "
+        "PPOTrainer._no_such_hook is missing"
+    )
+    assert areal_compat.lost_capabilities(missing) == [
+        Capability.STATISTICS.value,
+        Capability.STAGES.value,
+        Capability.EVALUATION.value,
+    ]
+    assert not areal_compat.refuses(missing)
+    assert areal_compat.refuses(
+        areal_compat.check_seams((Seam(f"{trainer}._gone", Capability.RUN),))
+    )
+
+
+def test_a_renamed_hook_is_named_at_start_and_the_replay_says_what_it_did_not_compare(
+    spmd_d1,
+):
+    run = run_torchrun(
+        str(spmd_d1.workdir),
+        "renamed-hook",
+        1,
+        [
+            *DROPOUT,
+            f"total_train_steps={SPMD_D1_STEPS}",
+            "debug.replay_rollout_data=true",
+            "debug.replay_trial_name=renamed",
+        ],
+        env={RENAME_ENV: f"{STATS_HOOK}:{STATS_HOOK}_v2"},
+    )
+    assert run.returncode == 0, run.log[-3000:]
+    said = (
+        "statistics recorded and compared not available: "
+        f"PPOTrainer.{STATS_HOOK} is missing"
+    )
+    assert run.log.count(said) == 1, run.log[-3000:]
+    report = replay_report(str(spmd_d1.workdir), trial="renamed")
+    assert report["summary"]["not_compared"] == [
+        f"statistics recorded and compared (PPOTrainer.{STATS_HOOK} is missing in "
+        "this AReaL)"
+    ], report["summary"]
+    assert "NOT compared: statistics recorded and compared" in report["headline"]
+    assert "identical to the recording at every step (" not in report["headline"]
