@@ -79,3 +79,34 @@ def test_a_renamed_hook_is_named_at_start_and_the_replay_says_what_it_did_not_co
     ], report["summary"]
     assert "NOT compared: statistics recorded and compared" in report["headline"]
     assert "identical to the recording at every step (" not in report["headline"]
+
+
+def test_a_recording_made_without_a_seam_says_so_in_inspect_and_on_the_page(
+    tmp_path, capsys
+):
+    from test_store import manifest, record, traj
+
+    from areal_debug.cli import main
+    from areal_debug.recording.reader import RecordingReader
+    from areal_debug.recording.writer.start import write_manifest
+
+    path = str(tmp_path / "rec")
+    record(path, {0: [[traj(0)]]})
+    gone = areal_compat.MissingSeam(
+        f"areal.trainer.rl_trainer:PPOTrainer.{STATS_HOOK}",
+        f"PPOTrainer.{STATS_HOOK} is missing",
+        areal_compat.Capability.STATISTICS.value,
+    )
+    write_manifest(path, {**manifest(), "missing_seams": [gone.to_json()]})
+    assert RecordingReader(path).manifest.missing_seams == [gone.to_json()]
+    assert main(["inspect", path]) == 0
+    assert (
+        "missing     statistics recorded and compared not recorded: "
+        f"PPOTrainer.{STATS_HOOK} is missing in the dump run's AReaL"
+    ) in capsys.readouterr().out
+    page = tmp_path / "page.html"
+    assert main(["report", path, "-o", str(page)]) == 0
+    assert (
+        "Not recorded: statistics recorded and compared (PPOTrainer."
+        f"{STATS_HOOK} is missing in the dump run" in page.read_text()
+    )

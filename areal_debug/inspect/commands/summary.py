@@ -63,6 +63,11 @@ def _print_header(reader: RecordingReader, steps: list[int]) -> None:
         f"steps       {format_ranges(steps)} complete"
         + (f"; incomplete: {format_ranges(incomplete)}" if incomplete else "")
     )
+    for seam in m.missing_seams:
+        print(
+            f"missing     {seam.get('capability', '?')} not recorded: "
+            f"{seam.get('problem', '?')} in the dump run's AReaL"
+        )
     from areal_debug.inspect.resume import describe_position, resume_positions
 
     for resume in resume_positions(reader):

@@ -109,6 +109,11 @@ def build_report(
     decoder, tok_path = _decoder(reader, tokenizer, notes)
     _areal_mismatch_note(series, notes)
     _resume_notes(reader, notes)
+    for seam in reader.manifest.missing_seams:
+        notes.append(
+            f"Not recorded: {seam.get('capability', '?')} ({seam.get('problem', '?')} "
+            "in the dump run's AReaL)."
+        )
     limits = StepLimits(max_per_step, max_tokens)
     details = _step_details(reader, chosen, limits, decoder, report)
     data["other"] = (
