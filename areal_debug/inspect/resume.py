@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from areal_debug import areal_compat
-from areal_debug.compare.stages import compare_model, weights_verdict
 from areal_debug.recording.checkpoints import kept_position
 from areal_debug.recording.reader import RecordingReader, superseded_attempts
 from areal_debug.stages.names import (
@@ -137,6 +136,10 @@ def _run_starts(reader: RecordingReader, attempts) -> dict[int, dict | None]:
 
 
 def _weights(reader: RecordingReader, step: int, start) -> tuple[str, str]:
+    # Here, not at the top: `ls` and `inspect` read a resume's dataloader
+    # position through this module and load no torch.
+    from areal_debug.compare.stages import compare_model, weights_verdict
+
     if start is None:
         return Verdict.NOT_COMPARED, (
             f"step {step} keeps no digest of the weights it started from (recorded "
