@@ -265,6 +265,11 @@ class ActiveMode(DebugMode):
         return scheduler
 
     def commit_step_stats(self, default: Callable, epoch, epoch_step, step):
+        if step < 0:
+            # AReaL after cbff54d (#1636, eval_before_train) commits the
+            # evaluation's statistics at global step -1, before the first step:
+            # neither a step to record nor one to compare.
+            return default(epoch, epoch_step, step)
         self.clock.check(step, "the step's statistics commit")
         if self.stage_probes is not None:
             self._gather_stages(step)

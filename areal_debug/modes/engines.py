@@ -206,6 +206,19 @@ class ReplayEngine:
     def continue_generation(self) -> None:
         pass
 
+    # AReaL after cbff54d (#1738): the AWEX hand-off discards paused requests
+    # after a weight update; MOPD routes teacher scoring through the controller;
+    # the trainer clears the rollout side's batches after a step. Nothing to
+    # discard, route or clear in a replay.
+    def abort_all_requests(self, *args, **kwargs) -> None:
+        pass
+
+    def enable_mopd_routing(self, *args, **kwargs) -> None:
+        pass
+
+    def clear_batches(self, *args, **kwargs) -> None:
+        pass
+
     # A parameter literally named ``tags``: AReaL's RecoverHandler checks for it
     # (inspect.signature) before colocated AWEX recovery and refuses an engine
     # whose offload takes only *args (areal/utils/recover.py on main).
