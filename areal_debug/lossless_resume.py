@@ -38,7 +38,9 @@ class DrawLedger:
     rollout to a step (or rejects it).
 
     Items are told apart by identity: the dispatcher's inputs carry the very
-    objects the dataloader yielded (``areal_compat.watch_submissions``). All calls
+    objects the dataloader yielded (``areal_compat.watch_submissions``). A dataset
+    that returns the same object for a row in every epoch is held once: an epoch
+    passes between two yields of it, far more than any off-policyness. All calls
     come from the trainer's thread (``prepare_batch`` draws and submits there,
     the recover checkpoint reads there)."""
 

@@ -109,8 +109,11 @@ class DebugPPOTrainer(TrainerHooks):
         )
 
     def close(self):
-        if self.lossless_resume is not None:
-            self.lossless_resume.close()
+        # AReaL main closes a trainer whose construction failed: maybe before
+        # this was set.
+        lossless = getattr(self, "lossless_resume", None)
+        if lossless is not None:
+            lossless.close()
         return self.debug_mode.close(super().close)
 
     def __exit__(self, exc_type, exc_value, traceback):
