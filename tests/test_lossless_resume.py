@@ -88,3 +88,30 @@ def test_v2_controllers_are_refused_before_the_trainer_starts(key):
         LosslessResume(trainer=None).prepare(config)
     assert f"debug.lossless_resume=true with {key}._version=v2" in str(e.value)
     assert "AReaL's recovery does not support its v2 controllers" in str(e.value)
+
+
+def test_a_saved_state_is_read_as_plain_values_and_nothing_is_called(tmp_path):
+    """dataloader_info.pkl is AReaL's pickle: the resume check reads its plain
+    values; a class named in it (a sampler's generator, an OrderedDict, a class
+    whose construction would run code) is never imported or called."""
+    import collections
+    import pickle
+
+    ran = tmp_path / "ran"
+
+    class Loud:
+        def __reduce__(self):
+            return (open, (str(ran), "w"))
+
+    state = {
+        "_num_yielded": 3,
+        "ordered": collections.OrderedDict(a=1),
+        "loud": Loud(),
+        areal_compat.UNTRAINED_KEY: [{"row": 1}],
+    }
+    path = tmp_path / "dataloader_info.pkl"
+    path.write_bytes(pickle.dumps([state, state]))
+    first, second = areal_compat.read_dataloader_states(str(path))
+    assert areal_compat.batches_drawn(first) == 3
+    assert first[areal_compat.UNTRAINED_KEY] == [{"row": 1}]
+    assert not ran.exists()

@@ -87,10 +87,18 @@ def batches_drawn(state: Any) -> int | None:
     return value if isinstance(value, int) else None
 
 
-class _Opaque:
-    """What a class in a saved dataloader state is read as: nothing is called."""
+class _Opaque(dict):
+    """What a class in a saved dataloader state is read as: nothing is called.
+    Pickle fills what it builds by item (a mapping's), append and extend (a
+    list's) or state: each is taken and kept out of the way."""
 
     def __init__(self, *args, **kwargs):
+        super().__init__()
+
+    def append(self, item):
+        pass
+
+    def extend(self, items):
         pass
 
     def __setstate__(self, state):
