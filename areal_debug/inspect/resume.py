@@ -128,11 +128,19 @@ def _run_starts(reader: RecordingReader, attempts) -> dict[int, dict | None]:
         start = (reader.stage_digests(step) or {}).get("global", {}).get(MODEL_STAGE)
         if step > 0 and start is not None:
             found[step] = start
+    for step in _attempt_starts(attempts):
+        found.setdefault(step, None)
+    return dict(sorted(found.items()))
+
+
+def _attempt_starts(attempts) -> set[int]:
+    """The first step each superseded attempt recorded, whole or not."""
+    starts = set()
     for _, attempt in attempts:
         steps = attempt.available_steps() or attempt.incomplete_steps()
         if steps:
-            found.setdefault(min(steps), None)
-    return dict(sorted(found.items()))
+            starts.add(min(steps))
+    return starts
 
 
 def _weights(reader: RecordingReader, step: int, start) -> tuple[str, str]:
@@ -245,14 +253,9 @@ def resume_positions(reader: RecordingReader) -> list[Resume]:
     """Each resume whose interrupted attempt recorded steps, with its dataloader
     verdict only (no prompt, weight or statistic read): what ``ls``,
     ``inspect`` and the page say of a recording's resumes."""
-    starts = set()
-    for _, attempt in superseded_attempts(reader):
-        steps = attempt.available_steps() or attempt.incomplete_steps()
-        if steps:
-            starts.add(min(steps))
     skipped: dict[int, int] = {}
     found = []
-    for step in sorted(starts):
+    for step in sorted(_attempt_starts(superseded_attempts(reader))):
         resume = Resume(step, Verdict.NOT_COMPARED)
         _position(reader, resume, skipped)
         found.append(resume)
