@@ -7,6 +7,9 @@ builds are the CI legs."""
 from __future__ import annotations
 
 import inspect
+import os
+
+import pytest
 
 from areal_debug.modes.engines import ReplayEngine
 
@@ -76,3 +79,145 @@ def test_an_evaluation_before_training_is_neither_a_step_nor_a_divergence():
     assert (mode.clock.next_step, mode.clock.current) == (0, None)
     mode.clock.start(0)
     assert mode.clock.advance() == 0  # step 0's batch, as if nothing came before
+
+
+# -- #1563: one step, several prepare_batch calls ---------------------------------------
+# areal/trainer/rl_trainer.py after #1563 (the index's 89,804-character version):
+# PPOTrainer.train passes functools.partial(self.actor.prepare_batch, dataloader,
+# **kw) to _collect_trainable_rollout_batch, which calls it until the batch holds
+# min_batch_size groups (the largest data-parallel size of actor, critic, ref and
+# train teacher in single-controller mode, 1 otherwise) and trains the
+# concatenation of what the calls returned. The loop below states that contract.
+
+
+def collect_until(prepare_batch, min_groups: int) -> list:
+    batch: list = []
+    while len(batch) < min_groups:
+        batch.extend(prepare_batch())
+    return batch
+
+
+def _dump_mode(path: str, steps_per_epoch: int = 4):
+    """areal-debug's real dump mode over a trainer reduced to what a step's
+    batch and statistics commit touch (no engine: the calls below stand in)."""
+    from types import SimpleNamespace
+
+    from areal_debug.config import DebugConfig
+    from areal_debug.modes.dump import DumpMode
+    from areal_debug.modes.topology import Topology
+
+    committed = []
+    trainer = SimpleNamespace(
+        actor=SimpleNamespace(
+            data_parallel_rank=0, data_parallel_world_size=1, export_stats=dict
+        ),
+        rollout=SimpleNamespace(export_stats=dict),
+        eval_rollout=None,
+        train_dataloader=[None] * steps_per_epoch,
+        stats_logger=SimpleNamespace(
+            commit=lambda *step_and_stats: committed.append(step_and_stats[:3])
+        ),
+    )
+    debug = DebugConfig(dump_rollout_data=True, path=path, writer_process=False)
+    # One process: what every topology shares (no RNG gather, no workers).
+    return DumpMode(trainer, debug, Topology()), committed
+
+
+def _group(seed: int) -> dict:
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "input_ids": torch.randint(0, 50, (2, 6), generator=g, dtype=torch.int32),
+        "loss_mask": torch.ones(2, 6, dtype=torch.int32),
+        "logprobs": -torch.rand(2, 6, generator=g),
+        "versions": torch.zeros(2, 6, dtype=torch.int32),
+        "attention_mask": torch.ones(2, 6, dtype=torch.bool),
+        "rewards": torch.rand(2, generator=g),
+    }
+
+
+def _record_steps(path: str, calls: list[list[list]], min_groups: int, fetched: bool):
+    """Steps whose prepare_batch calls return ``calls[step]`` in turn (each a
+    list of groups), collected as #1563 does; each call hands its result to
+    the recorder as the rollout engine's patch does in single-controller mode
+    (``fetched``: a Future of the fetched copy) or SPMD mode (the list)."""
+    from concurrent.futures import Future
+
+    from areal_debug.recording.writer.start import write_manifest
+    from tests.test_store import manifest
+
+    os.environ.pop("AREAL_SPMD_MODE", None)
+    write_manifest(path, manifest(steps_per_epoch=4))
+    mode, committed = _dump_mode(path)
+    mode.clock.start(0)
+    trained = []
+    for step, parts in enumerate(calls):
+        served = iter(parts)
+
+        def rollout_prepare_batch(*_, **__):
+            part = next(served)
+            if fetched:
+                future: Future = Future()
+                future.set_result(part)
+                mode._record_batch(future)
+            else:
+                mode._record_batch(part)
+            return part
+
+        prepare = mode._clocked(rollout_prepare_batch)
+        trained.append(collect_until(prepare, min_groups))
+        mode.commit_step_stats(lambda *a: None, 0, step, step)
+    mode.close_recording()
+    return trained, committed
+
+
+@pytest.mark.parametrize("fetched", [True, False], ids=["single-controller", "spmd"])
+def test_a_step_that_calls_prepare_batch_several_times_is_recorded_once(
+    tmp_path, fetched
+):
+    from areal_debug.recording.reader import RecordingReader
+    from tests.test_store import assert_batches_equal
+
+    groups = [_group(i) for i in range(7)]
+    if fetched:
+        # Single-controller, three data-parallel consumers: groups come in parts.
+        calls = [[[groups[0]], [], [groups[1], groups[2]]], [groups[3:6]]]
+        min_groups = 3
+    else:
+        # SPMD (minimum 1): a call follows only an empty one.
+        calls = [[[], [], [groups[0], groups[1]]], [[groups[2]]]]
+        min_groups = 1
+    trained, committed = _record_steps(str(tmp_path), calls, min_groups, fetched)
+
+    reader = RecordingReader(str(tmp_path))
+    assert reader.available_steps() == [0, 1]  # not one step per call
+    assert [c[2] for c in committed] == [0, 1]
+    for step in (0, 1):
+        assert_batches_equal(reader.load_batch(step), trained[step])
+    assert reader.step_meta(0).num_trajectories == len(trained[0])
+
+
+def test_a_replay_serves_the_whole_recorded_step_and_refuses_to_make_up_more(
+    tmp_path,
+):
+    from types import SimpleNamespace
+
+    from areal_debug.modes.replay import ReplayMode, UnsupportedReplayError
+    from areal_debug.modes.replay_loader import ReplayDataLoader
+    from areal_debug.recording.reader import RecordingReader
+
+    groups = [_group(i) for i in range(4)]
+    calls = [
+        [[groups[0]], [groups[1], groups[2]]],
+        [[groups[3]], [_group(8), _group(9)]],
+    ]
+    _record_steps(str(tmp_path), calls, 3, fetched=True)
+    reader = RecordingReader(str(tmp_path))
+    engine = ReplayEngine(ReplayDataLoader(reader, dp_rank=0, dp_size=1))
+    # One call returns the whole step: #1563's loop ends after it.
+    assert len(collect_until(lambda: engine.prepare_batch(), 3)) == 3
+    # A topology needing more groups than the step holds is told so, by name.
+    with pytest.raises(UnsupportedReplayError) as e:
+        ReplayMode.more_of_step(SimpleNamespace(reader=reader), 0)
+    assert "3 groups" in str(e.value) and "at most 3" in str(e.value)

@@ -177,6 +177,11 @@ class ActiveMode(DebugMode):
 
     # -- shared --------------------------------------------------------------------
     def started(self) -> None:
+        # Without AReaL's commit in sight a step cannot be seen to end: each
+        # prepare_batch call is then a step, as AReaL up to cbff54d makes them.
+        self.clock.closes_at_commit = areal_compat.Capability.STATISTICS.value not in {
+            m.capability for m in getattr(self.trainer, "missing_seams", ())
+        }
         self.patches.wrap(self.trainer.actor, "prepare_batch", self._clocked)
         self.topology.patch_actor(self.trainer, self.patches)
         if self.debug.stage_digests:
@@ -221,10 +226,21 @@ class ActiveMode(DebugMode):
                 "FSDP engines). The replay compares its other stages as usual."
             )
 
+    def batch_complete(self, step: int) -> None:
+        """Step ``step``'s batch is whole: its statistics are about to commit."""
+
+    def more_of_step(self, step: int) -> None:
+        """AReaL asks for more of step ``step``'s batch (#1563: not enough groups
+        for every data-parallel consumer yet), before the call runs."""
+
     def _clocked(self, prepare_batch: Callable) -> Callable:
         def prepare_and_advance(*args, **kwargs):
+            if self.clock.collecting:
+                self.more_of_step(self.clock.current)
             batch = prepare_batch(*args, **kwargs)
             step = self.clock.advance()
+            if step is None:
+                return batch  # more of the step's batch: it is already current
             self.on_batch_ready(step)
             if self.stage_probes is not None:
                 self.topology.digest_layers(
@@ -271,6 +287,7 @@ class ActiveMode(DebugMode):
             # neither a step to record nor one to compare.
             return default(epoch, epoch_step, step)
         self.clock.check(step, "the step's statistics commit")
+        self.batch_complete(step)
         if self.stage_probes is not None:
             self._gather_stages(step)
 

@@ -68,7 +68,7 @@ class DumpMode(ActiveMode):
         )
         # A rollout request the engine fails on is an anomaly of the step whose
         # batch was being prepared (the clock advances after it is ready).
-        self.failures = RolloutFailures(lambda: self.clock.next_step)
+        self.failures = RolloutFailures(lambda: self.clock.preparing)
 
     # -- building ------------------------------------------------------------------
     def build_inference_engine(self, default: Callable, rollout_config, is_eval, lora):
@@ -182,9 +182,14 @@ class DumpMode(ActiveMode):
                 ),
             )
         # The inference side runs inside the actor's prepare_batch, before the
-        # clock advances: this is the batch of the step about to run.
-        if self.policy.records(self.clock.next_step):
-            self.writer.submit_batch(self.clock.next_step, batch)
+        # clock advances: this is (part of) the batch of the step about to run.
+        step = self.clock.preparing
+        if self.policy.records(step):
+            self.writer.submit_batch_part(step, batch)
+
+    def batch_complete(self, step: int) -> None:
+        if self.writer is not None:
+            self.writer.seal_batch()
 
     def _record_teacher_logp(self, logps) -> None:
         # The teacher scores the batch after it is ready: the current step's.

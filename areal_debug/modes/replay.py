@@ -211,6 +211,19 @@ class ReplayMode(ActiveMode):
             logger.warning(replaced_report_note(name, report))
 
     # -- each step -----------------------------------------------------------------
+    def more_of_step(self, step: int) -> None:
+        # AReaL after cbff54d (#1563) calls prepare_batch again until the batch
+        # holds a group for every data-parallel consumer; the recorded batch is
+        # the whole step, so asking for more means this topology needs more.
+        groups = self.reader.step_meta(step).num_trajectories
+        raise UnsupportedReplayError(
+            f"AReaL asked for more of step {step}'s batch, but the recording's step "
+            f"{step} is all the dump run trained ({groups} groups): this allocation "
+            "needs at least one group per data-parallel rank of each model it "
+            "trains, more than the recorded step holds. Replay with a data-parallel "
+            f"size of at most {groups} (actor, critic and reference alike)."
+        )
+
     def on_batch_ready(self, step: int) -> None:
         served = self.engine.take_served_step() if self.engine is not None else None
         if served is not None and served != step:

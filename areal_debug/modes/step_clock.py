@@ -13,23 +13,46 @@ class StepClock:
 
     Started once at ``train()`` from AReaL's own start step (0, or the step
     after a restored recover checkpoint) and advanced in one place: right after
-    the actor's ``prepare_batch`` returned the step's batch. The inference side
-    records under ``next_step`` (it runs inside that call); everything after the
+    the actor's first ``prepare_batch`` of a step returned. The inference side
+    records under ``preparing`` (it runs inside that call); everything after the
     batch is ready (RNG states, statistics) belongs to ``current``.
+
+    AReaL after main @cbff54d (#1563, ``_collect_trainable_rollout_batch``) may
+    call ``prepare_batch`` several times in one step, until the batch holds a
+    group for every data-parallel consumer: the step stays open (``collecting``)
+    from its first call until its statistics commit (``check``), and a later
+    call adds to the same step instead of starting the next one. Where AReaL's
+    commit is not seen (its seam missing), each call is a step, as before.
     """
 
     def __init__(self) -> None:
         self.next_step = 0
         self.current: int | None = None
+        # The current step's batch may still grow (no commit since it opened).
+        self.collecting = False
+        # False where the step's commit cannot be seen: each call is a step.
+        self.closes_at_commit = True
 
     def start(self, step: int) -> None:
         self.next_step = step
         self.current = None
+        self.collecting = False
 
-    def advance(self) -> int:
-        """The batch of ``next_step`` is ready: that step is now current."""
+    @property
+    def preparing(self) -> int:
+        """The step a ``prepare_batch`` call now running belongs to."""
+        if self.collecting and self.current is not None:
+            return self.current
+        return self.next_step
+
+    def advance(self) -> int | None:
+        """A ``prepare_batch`` call returned: the first of a step makes that step
+        current (returned); a later one of the same step returns None."""
+        if self.collecting:
+            return None
         self.current = self.next_step
         self.next_step += 1
+        self.collecting = self.closes_at_commit
         return self.current
 
     def check(self, global_step: int, where: str) -> None:
@@ -43,3 +66,4 @@ class StepClock:
                 "steps, breaks the step-to-recording mapping; record and replay "
                 "through trainer.train() only."
             )
+        self.collecting = False

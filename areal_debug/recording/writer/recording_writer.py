@@ -33,6 +33,7 @@ from areal_debug.recording.writer.jobs import (
 )
 from areal_debug.recording.writer.router import PayloadRouter
 from areal_debug.recording.writer.snapshot import Snapshotter, snapshot_value
+from areal_debug.recording.writer.step_batch import StepBatch
 from areal_debug.recording.writer.step_files import Retainer, StepFiles
 from areal_debug.recording.writer.stop_marker import StopMarker
 
@@ -141,6 +142,7 @@ class RecordingWriter:
         )
         name = f"areal-debug-writer-{shard}"
         self._thread = WriterThread(self._queue, files, self._marker, name)
+        self._step_batch = StepBatch(self.submit_batch)
         _live_writers.add(self)
 
     @property
@@ -157,6 +159,17 @@ class RecordingWriter:
         if not isinstance(batch, Future):
             batch = self._snapshots.take(batch, copier=not self._reads_memory())
         self._put(BatchJob(global_step, batch))
+
+    def submit_batch_part(
+        self, global_step: int, part: list[dict[str, Any]] | Future
+    ) -> None:
+        """Queue what one ``prepare_batch`` call of the step returned: the step's
+        parts are recorded once, as the batch it trains, when sealed."""
+        self._step_batch.add(global_step, part)
+
+    def seal_batch(self) -> None:
+        """The open step's batch is complete (its statistics commit)."""
+        self._step_batch.seal()
 
     def _reads_memory(self) -> bool:
         """Whether the writer process reads payloads out of this process."""
@@ -204,12 +217,14 @@ class RecordingWriter:
 
     def flush(self) -> None:
         """Block until everything submitted is on disk; raise if writing failed."""
+        self.seal_batch()  # the writer would wait for parts no call brings
         self._queue.join()
         self._raise_if_failed()
 
     def close(self) -> None:
         if self._closed:
             return
+        self.seal_batch()
         self._closed = True
         self._queue.put(Close())
         self._thread.join()
