@@ -81,6 +81,76 @@ def test_a_renamed_hook_is_named_at_start_and_the_replay_says_what_it_did_not_co
     assert "identical to the recording at every step (" not in report["headline"]
 
 
+def test_a_dump_without_the_stats_hook_names_it_and_coverage_shows_the_gap(
+    spmd_d1, capsys
+):
+    """The dump's AReaL renamed the hook that commits each step's statistics:
+    named at start; each step keeps its batch but neither statistics nor stage
+    digests (gathered at that commit), and coverage, measured from the steps'
+    files, says so in the manifest and inspect; a replay's verdict names it."""
+    import json
+    import os
+
+    from areal_debug.cli import main
+
+    workdir = str(spmd_d1.workdir)
+    dump = run_torchrun(
+        workdir,
+        "renamed-dump",
+        1,
+        [
+            *DROPOUT,
+            "total_train_steps=2",
+            "trial_name=renamed",
+            "debug.dump_rollout_data=true",
+        ],
+        env={RENAME_ENV: f"{STATS_HOOK}:{STATS_HOOK}_v2"},
+    )
+    assert dump.returncode == 0, dump.log[-3000:]
+    said = (
+        "statistics recorded and compared not available: "
+        f"PPOTrainer.{STATS_HOOK} is missing"
+    )
+    assert dump.log.count(said) == 1, dump.log[-3000:]
+    recording = os.path.join(
+        workdir, "root", "tiny", "renamed", "areal_debug_recording"
+    )
+    with open(os.path.join(recording, "manifest.json")) as f:
+        closed = json.load(f)["coverage"]
+    assert closed == {
+        "steps": [0, 1],
+        "gaps": [
+            {"part": "statistics", "what": "", "steps": [0, 1], "ranks": []},
+            {"part": "stage digests", "what": "", "steps": [0, 1], "ranks": []},
+        ],
+    }
+    assert main(["inspect", recording]) == 0
+    out = capsys.readouterr().out
+    assert "coverage    statistics: not recorded at steps 0-1" in out
+    assert "coverage    stage digests: not recorded at steps 0-1" in out
+
+    replay = run_torchrun(
+        workdir,
+        "renamed-dump-replay",
+        1,
+        [
+            *DROPOUT,
+            "total_train_steps=2",
+            "trial_name=renamed",
+            "debug.replay_rollout_data=true",
+        ],
+    )
+    assert replay.returncode == 0, replay.log[-3000:]
+    report = replay_report(workdir, trial="renamed_replay")
+    assert report["summary"]["not_compared"] == [
+        f"statistics recorded and compared (PPOTrainer.{STATS_HOOK} is missing in "
+        "the dump run's AReaL)",
+        "statistics: not recorded at steps 0-1 in the recording",
+        "stage digests: not recorded at steps 0-1 in the recording",
+    ], report["summary"]
+    assert "NOT compared: statistics recorded and compared" in report["headline"]
+
+
 def test_a_recording_made_without_a_seam_says_so_in_inspect_and_on_the_page(
     tmp_path, capsys
 ):

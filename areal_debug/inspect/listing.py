@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from areal_debug.compare.coverage import Gap, coverage
 from areal_debug.compare.report import REPORT_NAME, ReplayReport
 from areal_debug.inspect.common import (
     is_recording,
@@ -86,6 +87,9 @@ class RecordingSummary:
     resumes: int = 0
     # Those resumes that skipped batches AReaL had drawn ahead: their steps.
     drawn_ahead: list[int] = field(default_factory=list)
+    # What kept steps lack (compare.coverage.Gap lines): the manifest's where
+    # the dump run closed, measured from the steps' files otherwise.
+    not_covered: list[str] = field(default_factory=list)
 
 
 def find_recordings(root: str) -> list[str]:
@@ -185,7 +189,16 @@ def summarize(path: str, reports: list[tuple[str, ReplayReport]]) -> RecordingSu
         drawn_ahead=[
             r.step for r in resume_positions(reader) if r.dataloader == DRAWN_AHEAD
         ],
+        not_covered=not_covered(reader),
     )
+
+
+def not_covered(reader: RecordingReader) -> list[str]:
+    """What the recording's kept steps lack, one line each (compare.coverage)."""
+    closed = reader.manifest.coverage
+    if closed is not None and closed.get("steps") == reader.available_steps():
+        return [Gap.from_json(g).line() for g in closed.get("gaps", [])]
+    return coverage(reader).lines()
 
 
 def _replay_summary(path: str, report: ReplayReport) -> ReplaySummary:

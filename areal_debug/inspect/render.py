@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Group
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -95,6 +96,8 @@ def listing(summaries: list[RecordingSummary]) -> Group:
                 f"\n[bold red]resumed at {format_ranges(s.drawn_ahead)}: skipped "
                 "the batch AReaL drew ahead[/bold red]"
             )
+        for line in s.not_covered:
+            steps += f"\n[yellow]{escape(line)}[/yellow]"
         replays = "\n".join(f"{r.trial}: {r.verdict}" for r in s.replays) or "none"
         table.add_row(
             f"{s.experiment}/{s.trial}\n[dim]\\[{number}][/dim]",

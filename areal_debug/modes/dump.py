@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime
+import os
 import platform
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -15,6 +16,7 @@ import torch
 
 from areal_debug import areal_compat
 from areal_debug.compare.config_changes import config_dict
+from areal_debug.compare.coverage import coverage
 from areal_debug.compare.statistics import (
     inference_stats,
     timing_stats,
@@ -27,9 +29,11 @@ from areal_debug.modes.engines import RolloutFailures
 from areal_debug.modes.sglang_stand_in import missing_sglang_error, relax_sglang_check
 from areal_debug.recording import checkpoints
 from areal_debug.recording.anomaly import AnomalyDetector
-from areal_debug.recording.format import FORMAT_VERSION
+from areal_debug.recording.atomic import atomic_write_json
+from areal_debug.recording.format import FORMAT_VERSION, MANIFEST, RecordingError
 from areal_debug.recording.lock import RecordingLock
 from areal_debug.recording.manifest import Manifest
+from areal_debug.recording.reader import RecordingReader
 from areal_debug.recording.retention import RetentionPolicy
 from areal_debug.recording.writer.recording_writer import RecordingWriter
 from areal_debug.recording.writer.start import (
@@ -266,6 +270,23 @@ class DumpMode(ActiveMode):
                 "recorded step. Free disk space to keep the next ones."
             )
 
+    def _write_coverage(self) -> None:
+        """The manifest says what the kept steps hold and lack (compare.coverage),
+        read back from the files each head wrote."""
+        try:
+            reader = RecordingReader(self.debug.path)
+            found = coverage(reader)
+            manifest = reader.manifest
+            manifest.coverage = found.to_json()
+            atomic_write_json(
+                os.path.join(self.debug.path, MANIFEST), manifest.to_json()
+            )
+        except (OSError, RecordingError) as e:
+            logger.error(f"Could not write the recording's coverage: {e!r}")
+            return
+        for line in found.lines():
+            logger.warning(f"Recording: {line}.")
+
     # -- the run -------------------------------------------------------------------
     def before_train(self, start: int, workflow, total_epochs):
         if self.topology.is_coordinator():
@@ -290,6 +311,8 @@ class DumpMode(ActiveMode):
             self.topology.close()
             if self.writer is not None:
                 self.writer.close()
+            if self.lock is not None:  # the coordinator, which wrote the manifest
+                self._write_coverage()
         finally:
             if self.lock is not None:
                 self.lock.release()

@@ -23,6 +23,7 @@ from areal_debug.compare.config_changes import (
     story_start,
     training_changes,
 )
+from areal_debug.compare.coverage import coverage
 from areal_debug.compare.replay import (
     ReplayComparison,
     determinism_changes,
@@ -182,7 +183,7 @@ class ReplayMode(ActiveMode):
         self.comparison.report.areal_change = areal_change
         self.comparison.report.not_compared = not_compared(
             manifest.missing_seams, self.trainer.missing_seams
-        )
+        ) + [f"{line} in the recording" for line in self._recording_gaps()]
         if manifest.config:
             changes = training_changes(
                 manifest.config, config_dict(self.trainer.config, self.debug)
@@ -196,6 +197,16 @@ class ReplayMode(ActiveMode):
             )
         if self.topology.is_coordinator():
             logger.info(story)
+
+    def _recording_gaps(self) -> list[str]:
+        """What the steps this replay runs lack in the recording (coverage)."""
+        last = self.plan.last_step
+        steps = [
+            s
+            for s in self.reader.available_steps()
+            if s >= self.plan.first_step and (last is None or s <= last)
+        ]
+        return coverage(self.reader, steps).lines()
 
     def on_model_digest(self, step: int, model: dict[str, list]) -> None:
         self.comparison.check_model(step, model, str(self.trainer.config.actor.path))

@@ -105,6 +105,9 @@ class Manifest:
     # The seams the dump run's AReaL lacked (areal_compat.seams.MissingSeam:
     # seam, problem, capability): what the recording does not hold.
     missing_seams: list[dict[str, Any]] = field(default_factory=list)
+    # Written when the dump run closes (compare.coverage.Coverage.to_json): the
+    # steps then kept and what they lack; None until then (a killed run).
+    coverage: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -137,4 +140,5 @@ class Manifest:
             config=_typed(data, "config", dict, False, {}) or {},
             recorded_teacher_logp=_flag(data, "recorded_teacher_logp"),
             missing_seams=_typed(data, "missing_seams", list, False, []) or [],
+            coverage=_typed(data, "coverage", dict, False),
         )

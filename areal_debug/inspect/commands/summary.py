@@ -68,6 +68,10 @@ def _print_header(reader: RecordingReader, steps: list[int]) -> None:
             f"missing     {seam.get('capability', '?')} not recorded: "
             f"{seam.get('problem', '?')} in the dump run's AReaL"
         )
+    from areal_debug.compare.coverage import coverage
+
+    for line in coverage(reader, steps).lines():
+        print(f"coverage    {line}")
     from areal_debug.inspect.resume import describe_position, resume_positions
 
     for resume in resume_positions(reader):

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from areal_debug.compare.coverage import coverage
 from areal_debug.compare.report import ReplayReport
 from areal_debug.inspect.common import (
     InspectError,
@@ -114,6 +115,7 @@ def build_report(
             f"Not recorded: {seam.get('capability', '?')} ({seam.get('problem', '?')} "
             "in the dump run's AReaL)."
         )
+    notes.extend(f"Coverage: {line}." for line in coverage(reader, chosen).lines())
     limits = StepLimits(max_per_step, max_tokens)
     details = _step_details(reader, chosen, limits, decoder, report)
     data["other"] = (
