@@ -17,6 +17,24 @@ pytestmark = pytest.mark.areal
 STATS_HOOK = "_export_and_commit_stats"
 
 
+def _run_without_the_stats_hook(workdir: str, name: str, *overrides: str) -> None:
+    """A run whose AReaL renamed ``STATS_HOOK`` (its version unchanged): it
+    succeeds and names the seam once, with what is lost."""
+    run = run_torchrun(
+        workdir,
+        name,
+        1,
+        [*DROPOUT, *overrides],
+        env={RENAME_ENV: f"{STATS_HOOK}:{STATS_HOOK}_v2"},
+    )
+    assert run.returncode == 0, run.log[-3000:]
+    said = (
+        "statistics recorded and compared not available: "
+        f"PPOTrainer.{STATS_HOOK} is missing"
+    )
+    assert run.log.count(said) == 1, run.log[-3000:]
+
+
 def test_every_seam_is_there_on_this_areal():
     assert areal_compat.check_seams() == []
 
@@ -54,24 +72,13 @@ def test_a_missing_or_changed_seam_is_named_with_what_is_lost():
 def test_a_renamed_hook_is_named_at_start_and_the_replay_says_what_it_did_not_compare(
     spmd_d1,
 ):
-    run = run_torchrun(
+    _run_without_the_stats_hook(
         str(spmd_d1.workdir),
         "renamed-hook",
-        1,
-        [
-            *DROPOUT,
-            f"total_train_steps={SPMD_D1_STEPS}",
-            "debug.replay_rollout_data=true",
-            "debug.replay_trial_name=renamed",
-        ],
-        env={RENAME_ENV: f"{STATS_HOOK}:{STATS_HOOK}_v2"},
+        f"total_train_steps={SPMD_D1_STEPS}",
+        "debug.replay_rollout_data=true",
+        "debug.replay_trial_name=renamed",
     )
-    assert run.returncode == 0, run.log[-3000:]
-    said = (
-        "statistics recorded and compared not available: "
-        f"PPOTrainer.{STATS_HOOK} is missing"
-    )
-    assert run.log.count(said) == 1, run.log[-3000:]
     report = replay_report(str(spmd_d1.workdir), trial="renamed")
     assert report["summary"]["not_compared"] == [
         f"statistics recorded and compared (PPOTrainer.{STATS_HOOK} is missing in "
@@ -94,24 +101,13 @@ def test_a_dump_without_the_stats_hook_names_it_and_coverage_shows_the_gap(
     from areal_debug.cli import main
 
     workdir = str(spmd_d1.workdir)
-    dump = run_torchrun(
+    _run_without_the_stats_hook(
         workdir,
         "renamed-dump",
-        1,
-        [
-            *DROPOUT,
-            "total_train_steps=2",
-            "trial_name=renamed",
-            "debug.dump_rollout_data=true",
-        ],
-        env={RENAME_ENV: f"{STATS_HOOK}:{STATS_HOOK}_v2"},
+        "total_train_steps=2",
+        "trial_name=renamed",
+        "debug.dump_rollout_data=true",
     )
-    assert dump.returncode == 0, dump.log[-3000:]
-    said = (
-        "statistics recorded and compared not available: "
-        f"PPOTrainer.{STATS_HOOK} is missing"
-    )
-    assert dump.log.count(said) == 1, dump.log[-3000:]
     recording = os.path.join(
         workdir, "root", "tiny", "renamed", "areal_debug_recording"
     )
