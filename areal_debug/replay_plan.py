@@ -80,3 +80,18 @@ def needs_teacher_servers(config, manifest) -> bool:
         and getattr(teacher, "engine_type", None) == "rollout"
         and not manifest.recorded_teacher_logp
     )
+
+
+# Why a replay cannot re-make a step of a run with actor.adaptive_tree (AReaL
+# after cbff54d, rl_trainer.py: begin_adaptive_cycle before the log-prob
+# recompute, its state in the recover checkpoint's extra_state).
+ADAPTIVE_TREE_WHY = (
+    "actor.adaptive_tree re-plans the tree layout (data x context parallel) from "
+    "each step's workload and carries its planner's state from step to step in "
+    "the recover checkpoint's extra_state, which areal-debug does not record"
+)
+
+
+def uses_adaptive_tree(config) -> bool:
+    """The run plans its tree layout adaptively (``actor.adaptive_tree`` set)."""
+    return getattr(getattr(config, "actor", None), "adaptive_tree", None) is not None

@@ -221,3 +221,26 @@ def test_a_replay_serves_the_whole_recorded_step_and_refuses_to_make_up_more(
     with pytest.raises(UnsupportedReplayError) as e:
         ReplayMode.more_of_step(SimpleNamespace(reader=reader), 0)
     assert "3 groups" in str(e.value) and "at most 3" in str(e.value)
+
+
+def test_a_run_with_the_adaptive_tree_is_refused_as_not_replayable_saying_why():
+    """areal/trainer/rl_trainer.py after cbff54d: ``actor.adaptive_tree`` (None
+    when off) plans the tree layout per step (``begin_adaptive_cycle(batch,
+    cycle_id=global_step)`` before the log-prob recompute) and keeps its state in
+    the recover checkpoint's ``extra_state["adaptive_tree"]``."""
+    from types import SimpleNamespace
+
+    from areal_debug.modes.replay_setup import (
+        UnsupportedReplayError,
+        refuse_unsupported,
+    )
+
+    def config(adaptive_tree):
+        return SimpleNamespace(actor=SimpleNamespace(adaptive_tree=adaptive_tree))
+
+    refuse_unsupported(config(None), manifest=None)  # off: replayed as usual
+    with pytest.raises(UnsupportedReplayError) as e:
+        refuse_unsupported(config({"cp_sizes": [1, 2]}), manifest=None)
+    assert "actor.adaptive_tree" in str(e.value)
+    assert "extra_state" in str(e.value)
+    assert "actor.adaptive_tree=null" in str(e.value)

@@ -70,6 +70,40 @@ def test_the_numerics_knobs_of_the_training_forward_are_named_when_changed():
     }
 
 
+def test_the_settings_after_cbff54d_are_named_and_those_of_the_batch_said_idle():
+    """AReaL after cbff54d (areal/trainer/rl_trainer.py after #1563 and the
+    process-reward shaping in its compute_advantages call; areal/api/cli_args.py's
+    gconfig): min_usable_group_size and reward_normalization_use_std are
+    prepare_batch arguments, so a replay, which trains the recorded batch, says a
+    change of them does nothing; the advantage shaping acts in the trainer."""
+    recorded = {
+        **RECORDED,
+        "gconfig": {"n_samples": 4, "reward_normalization_use_std": True},
+        "actor": {**RECORDED["actor"], "min_usable_group_size": None},
+        "rollout": {"agent": {"prm": {"advantage_shaping": {"mode": "additive"}}}},
+    }
+    current = {
+        **replayed(),
+        "gconfig": {"n_samples": 4, "reward_normalization_use_std": False},
+        "actor": {**replayed()["actor"], "min_usable_group_size": 2},
+        "rollout": {"agent": {"prm": {"advantage_shaping": {"mode": "gvpo"}}}},
+    }
+    changes = training_changes(recorded, current)
+    assert {c.key: c.rollout_side for c in changes} == {
+        "actor.min_usable_group_size": True,
+        "gconfig.reward_normalization_use_std": True,
+        "rollout.agent.prm.advantage_shaping.mode": False,
+    }
+    story = story_start(changes)
+    assert "rollout.agent.prm.advantage_shaping.mode 'additive' -> 'gvpo'" in story
+    assert story.endswith(
+        " actor.min_usable_group_size, gconfig.reward_normalization_use_std act "
+        "where the batch is made (prepare_batch): the replay trains the recorded "
+        "batch, made with the recording's value, so this change does nothing here; "
+        "record with it to see its effect."
+    )
+
+
 def report(statuses, changes=(), stage=None):
     steps = []
     for step, status in enumerate(statuses):

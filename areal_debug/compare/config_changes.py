@@ -52,6 +52,14 @@ TRAINING_KEYS = (
     "critic",
     "ref",
     "teacher",
+    # AReaL after cbff54d: loss aggregation (#1546), the group members a batch
+    # keeps (#1563), process-reward advantage shaping (advantage_shaping_mode,
+    # gvpo_*), the adaptive tree layout and multi-objective distillation (#1592).
+    "actor.loss_aggregation",
+    "actor.min_usable_group_size",
+    "actor.adaptive_tree",
+    "rollout.agent.prm",
+    "mopd",
 )
 # Keys that decide the shapes and kernels of the training forward: changed, even a
 # step that trains the same weights on the same batch rounds differently on a GPU.
@@ -65,6 +73,16 @@ LAYOUT_KEYS = (
 # Keys that decide how recorded batches are grouped: a change makes the replay
 # meaningless, not merely different.
 GROUPING_KEYS = ("gconfig.n_samples", "actor.reward_norm.group_size")
+
+# Keys that act where the batch is made (prepare_batch's arguments: which groups
+# and members survive, how rewards are normalised there): a replay trains the
+# recorded batch, made with the recording's values, so a change does nothing.
+ROLLOUT_SIDE_KEYS = (
+    "gconfig.reward_normalization",
+    "gconfig.reward_normalization_use_std",
+    "gconfig.drop_incomplete_group",
+    "actor.min_usable_group_size",
+)
 
 ABSENT = "<absent>"
 
@@ -82,6 +100,10 @@ class ConfigChange:
     @property
     def layout(self) -> bool:
         return _under(self.key, LAYOUT_KEYS)
+
+    @property
+    def rollout_side(self) -> bool:
+        return _under(self.key, ROLLOUT_SIDE_KEYS)
 
     def describe(self) -> str:
         return f"{self.key} is {self.current!r}, the recording was made with {self.recorded!r}"
@@ -132,8 +154,17 @@ def story_start(changes: list[ConfigChange]) -> str:
             "Replay: the training settings are the recording's (a difference found "
             "below comes from code, versions or hardware, not the config)."
         )
-    return (
+    text = (
         f"Replay: you changed {len(changes)} training setting(s) from the recording: "
         + "; ".join(c.short() for c in changes)
         + ". The replay leaves the recording where they first take effect."
     )
+    idle = [c.key for c in changes if c.rollout_side]
+    if idle:
+        text += (
+            f" {', '.join(idle)} act{'s' if len(idle) == 1 else ''} where the batch "
+            "is made (prepare_batch): the replay trains the recorded batch, made "
+            "with the recording's value, so this change does nothing here; record "
+            "with it to see its effect."
+        )
+    return text

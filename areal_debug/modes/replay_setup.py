@@ -10,7 +10,12 @@ from areal_debug.recording import checkpoints
 from areal_debug.recording.format import RecordingError
 from areal_debug.recording.lock import describe
 from areal_debug.recording.reader import RecordingReader, format_ranges
-from areal_debug.replay_plan import ReplayPlan, needs_teacher_servers
+from areal_debug.replay_plan import (
+    ADAPTIVE_TREE_WHY,
+    ReplayPlan,
+    needs_teacher_servers,
+    uses_adaptive_tree,
+)
 
 logger = get_logger("DebugReplay")
 
@@ -46,6 +51,13 @@ def refuse_unsupported(config, manifest) -> None:
             "(scheduler.type=local) with the teacher, use teacher.engine_type=train "
             "(the teacher runs on the training side and replays as usual), or "
             "replay without the teacher (teacher=null)."
+        )
+    if uses_adaptive_tree(config):
+        raise UnsupportedReplayError(
+            f"This run sets actor.adaptive_tree, which a replay cannot re-make bit "
+            f"for bit: {ADAPTIVE_TREE_WHY}. Replay with actor.adaptive_tree=null "
+            "(the step then trains with the static layout, and the story names the "
+            "change), or record and replay without it."
         )
 
 

@@ -31,7 +31,12 @@ from areal_debug.inspect.preflight.findings import ERROR, INFO, WARNING, Finding
 from areal_debug.inspect.preflight.silent_configs import silent_configurations
 from areal_debug.recording.format import KEPT, dir_bytes, kept_steps, step_dirname
 from areal_debug.recording.reader import RecordingReader, format_ranges
-from areal_debug.replay_plan import ReplayPlan, needs_teacher_servers
+from areal_debug.replay_plan import (
+    ADAPTIVE_TREE_WHY,
+    ReplayPlan,
+    needs_teacher_servers,
+    uses_adaptive_tree,
+)
 from areal_debug.version import areal_debug_version
 
 
@@ -516,7 +521,7 @@ def _topology(reader: RecordingReader, config) -> list[Finding]:
     ]
 
 
-def _teacher(reader: RecordingReader, config) -> list[Finding]:
+def _unreplayable(reader: RecordingReader, config) -> list[Finding]:
     if needs_teacher_servers(config, reader.manifest):
         return [
             Finding(
@@ -526,6 +531,15 @@ def _teacher(reader: RecordingReader, config) -> list[Finding]:
                 "the replay refuses to start the teacher's servers",
                 "replay without the teacher (teacher=null) or record in "
                 "single-controller mode with it",
+            )
+        ]
+    if uses_adaptive_tree(config):
+        return [
+            Finding(
+                ERROR,
+                "the run sets actor.adaptive_tree",
+                f"the replay refuses it: {ADAPTIVE_TREE_WHY}",
+                "replay with actor.adaptive_tree=null",
             )
         ]
     return []
@@ -604,7 +618,7 @@ def doctor(path: str, command: list[str]) -> DoctorReport:
         findings += _steps(reader, start, end)
         findings += _checkpoint(reader, plan)
         findings += _topology(reader, config)
-        findings += _teacher(reader, config)
+        findings += _unreplayable(reader, config)
     findings += _determinism(reader, config)
     findings += silent_configurations(reader, current, {**os.environ, **env})
     findings += _versions(reader)
