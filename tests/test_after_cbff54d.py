@@ -244,3 +244,22 @@ def test_a_run_with_the_adaptive_tree_is_refused_as_not_replayable_saying_why():
     assert "actor.adaptive_tree" in str(e.value)
     assert "extra_state" in str(e.value)
     assert "actor.adaptive_tree=null" in str(e.value)
+
+
+def test_arealss_train_perf_statistics_are_timings_never_compared():
+    """areal/utils/training_metrics.py (main after 2.1.0): train_perf/* carries
+    the step's seconds and throughput, which differ between any two runs."""
+    from areal_debug.compare.statistics import timing_stats, training_stats
+
+    committed = {
+        "ppo_actor/update/loss/avg": 0.5,
+        "train_perf/step_seconds": 3.2,
+        "train_perf/tflops_per_gpu": 41.0,
+        "timeperf/train_step": 3.1,
+    }
+    assert training_stats(committed) == {"ppo_actor/update/loss/avg": 0.5}
+    assert set(timing_stats(committed)) == {
+        "train_perf/step_seconds",
+        "train_perf/tflops_per_gpu",
+        "timeperf/train_step",
+    }

@@ -379,6 +379,128 @@ def _areal_train_infer(d: torch.Tensor) -> dict[str, float]:
     return {f"ppo_actor/train_infer/{k}": v for k, v in out.items()}
 
 
+def _areal_published(trainer_logp, rollout_logp, mask) -> dict[str, float]:
+    """AReaL's ppo_actor/train_infer statistics of next-token-aligned inputs by
+    their published definition (areal/trainer/ppo/stats.py
+    ``log_train_inference_stats`` after #1736, in the search index's file
+    versions): float64; delta = trainer - rollout on the mask (0 off it);
+    n_valid_tokens the masked count; logp_abs_diff avg/min/max, kl_k1 -delta,
+    kl_k2 delta^2/2, kl_k3 expm1(delta)-delta, nonfinite_logp_fraction and
+    ratio_outside_<c> (|delta| > log c, NaN where a log-prob is not finite)
+    averaged over the masked tokens. Written here from that definition, not
+    from our code."""
+    mask = mask.bool()
+    t, r = trainer_logp.double(), rollout_logp.double()
+    finite = torch.isfinite(t) & torch.isfinite(r)
+    delta = torch.where(mask, t - r, torch.zeros_like(t))
+
+    def avg(x):
+        return float(x[mask].mean())
+
+    out = {
+        "n_valid_tokens": float(mask.sum()),
+        "logp_abs_diff/avg": avg(delta.abs()),
+        "logp_abs_diff/min": float(delta.abs()[mask].min()),
+        "logp_abs_diff/max": float(delta.abs()[mask].max()),
+        "kl_k1": avg(-delta),
+        "kl_k2": avg(delta.square() / 2),
+        "kl_k3": avg(delta.expm1() - delta),
+        "nonfinite_logp_fraction": avg((~finite).double()),
+    }
+    for c in mismatch.TAILS:
+        outside = (delta.abs() > math.log(float(c))).double()
+        out[f"ratio_outside_{c}"] = avg(torch.where(finite, outside, float("nan")))
+    return {f"ppo_actor/train_infer/{k}": v for k, v in out.items()}
+
+
+def _arealss_train_infer(trainer_logp, rollout_logp, mask) -> dict[str, float]:
+    """AReaL's own code where the installed build has it (main after 2.1.0),
+    exported by its own tracker; its published definition otherwise."""
+    try:
+        from areal.trainer.ppo.stats import log_train_inference_stats
+    except ImportError:
+        return _areal_published(trainer_logp, rollout_logp, mask)
+    from areal.utils import stats_tracker
+
+    stats_tracker.export_all(reset=True)
+    log_train_inference_stats(trainer_logp, rollout_logp, mask)
+    exported = stats_tracker.export_all(reset=True)
+    return {k: v for k, v in exported.items() if k.startswith("ppo_actor/train_infer/")}
+
+
+def _a_step_as_the_trainer_sees_it(seed: int):
+    """Three sequences of two samples: prompt tokens outside the loss mask, the
+    engine's log-prob of token t at position t, and the trainer's recomputed
+    log-probs next-token aligned (position t: token t+1), 0.1-0.5 nats apart."""
+    gen = torch.Generator().manual_seed(seed)
+    trajectories, trainer = [], []
+    for _ in range(3):
+        engine = -torch.rand(2, 12, generator=gen) * 3
+        loss_mask = torch.zeros(2, 12, dtype=torch.int32)
+        loss_mask[:, 4:11] = 1
+        engine = engine * loss_mask
+        noise = (torch.rand(2, 12, generator=gen) - 0.5) * 0.8
+        trainer.append(torch.roll(engine, -1, dims=-1) + noise)
+        trajectories.append({"logprobs": engine, "loss_mask": loss_mask})
+    return trajectories, trainer
+
+
+def _as_arealss_actor_aligns_them(trajectories, trainer):
+    """PPOActor's next-token alignment (trainer/ppo/actor.py: the rollout
+    log-probs and the loss mask rolled by -1) over the whole batch."""
+    rollout = torch.cat([torch.roll(t["logprobs"], -1, dims=-1) for t in trajectories])
+    mask = torch.cat([torch.roll(t["loss_mask"], -1, dims=-1) for t in trajectories])
+    return torch.cat(trainer), rollout, mask
+
+
+def test_arealss_train_infer_statistics_agree_with_ours_and_a_planted_shift_does_not():
+    """Ours measured by our recording path (mismatch.record into AReaL's own
+    stats tracker, exported as a step commits them); AReaL's by its own code where
+    a build has it, else its published definition, from the inputs it is given.
+    They agree to float noise on all twelve pairs; AReaL's given the rollout
+    log-probs without the shift (a planted misalignment) disagrees, and the
+    summary names it."""
+    from areal.utils import stats_tracker
+
+    from areal_debug.stages import train_infer
+
+    trajectories, trainer = _a_step_as_the_trainer_sees_it(0)
+    stats_tracker.export_all(reset=True)
+    assert mismatch.record(trajectories, trainer)
+    ours = stats_tracker.export_all(reset=True)
+    t, r, mask = _as_arealss_actor_aligns_them(trajectories, trainer)
+    pairs = train_infer.pairs_of_stats({**ours, **_arealss_train_infer(t, r, mask)})
+    assert len(pairs) == 12, pairs
+    assert [p.areal for p in pairs if not p.agrees] == [], pairs
+    assert "agree with ours at 1 step(s)" in train_infer.summary({0: pairs})
+
+    # A replay's report sets them beside ours on each replayed step too.
+    from areal_debug.compare.report import ReplayReport, StepComparison, TopologyChange
+
+    step = {**ours, **_arealss_train_infer(t, r, mask)}
+    report = ReplayReport(
+        "rec",
+        0.0,
+        0.0,
+        TopologyChange("spmd", "spmd", 1, 1, 1, 1),
+        [StepComparison(0, "identical", {k: {"replayed": v} for k, v in step.items()})],
+    )
+    assert report.to_json()["summary"]["train_infer"] == (
+        "AReaL's own ppo_actor/train_infer statistics agree with ours at 1 step(s) "
+        "(to float noise: ours float32, AReaL's float64)."
+    )
+
+    unshifted = torch.cat([t["logprobs"] for t in trajectories])
+    planted = train_infer.pairs_of_stats(
+        {**ours, **_arealss_train_infer(t, unshifted, mask)}
+    )
+    apart = [p.areal for p in planted if not p.agrees]
+    assert "logp_abs_diff/avg" in apart and "kl_k3" in apart, planted
+    assert "differ from ours beyond float noise at step 3" in train_infer.summary(
+        {3: planted}
+    )
+
+
 def _ours(d: torch.Tensor) -> dict[str, float]:
     """Ours as AReaL's tracker reduces them (avg, min, max over the loss tokens)."""
     mask = torch.ones_like(d, dtype=torch.bool)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from areal_debug.recording.format import REPLAY_REPORT_NAME, RecordingError
+from areal_debug.stages import train_infer
 from areal_debug.stages.names import Verdict, step_order
 
 REPORT_NAME = REPLAY_REPORT_NAME
@@ -220,6 +221,7 @@ class ReplayReport:
                 and all(e.status == Verdict.IDENTICAL for e in steps),
                 "not_compared": self.not_compared,
                 "first_divergence": self.first_divergence(),
+                "train_infer": self.train_infer(),
             },
             "first_divergence": self.first_stage_divergence(),
             "areal_change": self.areal_change,
@@ -228,6 +230,17 @@ class ReplayReport:
             "headline": self.headline(),
             "steps": [e.to_json() for e in steps],
         }
+
+    def train_infer(self) -> str | None:
+        """AReaL's own ``ppo_actor/train_infer`` statistics (#1736) beside ours on
+        the replayed steps, in one line; None where no step has AReaL's. Each is
+        also compared with the recording as a metric of its step."""
+        return train_infer.summary(
+            {
+                step: train_infer.pairs_of_stats(values)
+                for step, values in self.series("replayed").items()
+            }
+        )
 
     def series(self, which: str) -> dict[int, dict[str, float]]:
         """{step: {metric: value}} of the ``recorded`` or ``replayed`` values."""

@@ -14,7 +14,9 @@ from areal_debug.compare.stages import describe, first_divergent_stage
 from areal_debug.stages.names import Verdict
 
 # Wall-clock timings differ between any two runs; they are not training results.
-_TIMING_PREFIXES = ("timeperf/",)
+# AReaL after 2.1.0 adds train_perf/* (areal/utils/training_metrics.py: tokens,
+# seconds and FLOPs per second of the step), timings with their throughput.
+_TIMING_PREFIXES = ("timeperf/", "train_perf/")
 # Scopes AReaL's WorkflowExecutor and workflows write to: inference-side
 # statistics that a replay (which has no inference engine) cannot produce.
 INFERENCE_PREFIXES = ("rollout/", "eval-rollout/")

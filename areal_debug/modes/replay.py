@@ -310,6 +310,9 @@ class ReplayMode(ActiveMode):
         if self.topology.is_coordinator() and self.comparison is not None:
             for line in self.comparison.summary_lines():
                 logger.info(line)
+            beside = self.comparison.report.train_infer()
+            if beside is not None:
+                logger.info(f"Replay: {beside}")
             logger.info(f"Replay story: {self.comparison.report.headline()}")
             self.reference.log_summary(self.comparison.reference_forwards())
 

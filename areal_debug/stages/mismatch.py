@@ -29,7 +29,7 @@ import torch
 
 from areal_debug.stages import train_infer
 
-SCOPE = "areal_debug/mismatch"
+SCOPE = train_infer.OURS
 TOKENS = train_infer.TOKENS
 # The ratio's tails: exp(d) outside [1/c, c], i.e. |d| > log c, at AReaL main's
 # ppo_actor/train_infer/ratio_outside_<c> thresholds.
@@ -177,11 +177,7 @@ def of_stats(stats: dict[str, Any]) -> tuple[float | None, dict[str, float]]:
 def areal_pairs(stats: dict[str, Any]) -> list[train_infer.Pair] | None:
     """AReaL's own training-inference statistics of one step's committed
     statistics set beside ours (stages/train_infer.py); None where it has none."""
-    theirs = train_infer.of_stats(stats)
-    if not theirs:
-        return None
-    tokens, ours = of_stats(stats)
-    return train_infer.beside_ours(tokens, ours, theirs)
+    return train_infer.pairs_of_stats(stats)
 
 
 class ReplayReport(Protocol):

@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 SCOPE = "ppo_actor/train_infer"
+# Ours (stages/mismatch.py SCOPE): "<OURS>/<name>/<reduce>" and "<OURS>/n_tokens".
+OURS = "areal_debug/mismatch"
 # The ratio's tails AReaL reports (ratio_outside_<c>); ours use the same
 # (stages/mismatch.py over_log<c>, which imports them from here).
 TAILS = ("1.5", "2", "3", "5", "10")
@@ -69,6 +71,22 @@ def of_stats(stats: dict[str, Any]) -> dict[str, float]:
         for k, v in stats.items()
         if k.startswith(prefix) and isinstance(v, (int, float))
     }
+
+
+def pairs_of_stats(stats: dict[str, Any]) -> list[Pair] | None:
+    """AReaL's statistics of one step's committed statistics set beside ours;
+    None where the step has none of AReaL's."""
+    theirs = of_stats(stats)
+    if not theirs:
+        return None
+    prefix = OURS + "/"
+    ours = {
+        k[len(prefix) :]: float(v)
+        for k, v in stats.items()
+        if k.startswith(prefix) and isinstance(v, (int, float))
+    }
+    tokens = ours.pop(TOKENS, None)
+    return beside_ours(tokens, ours, theirs)
 
 
 def beside_ours(
