@@ -35,6 +35,8 @@ from support.recordings import (  # noqa: E402, F401
 # shipped example (seed 1) run side by side. SPMD runs get ports from the OS.
 from support.scripts import (  # noqa: E402
     AGENT_SEED,
+    DRAWN_AHEAD_SEED,
+    LOSSLESS_SEED,
     SCRIPTS_SEED,
     agent_workdir,  # noqa: F401
     gsm8k_workdir,  # noqa: F401
@@ -101,7 +103,7 @@ FIXTURE_GROUPS = {
 
 
 # The seeds whose scheduler runs have a group (and so a worker) of their own.
-SCHEDULER_SEEDS = {1, SCRIPTS_SEED, AGENT_SEED}
+SCHEDULER_SEEDS = {1, SCRIPTS_SEED, AGENT_SEED, DRAWN_AHEAD_SEED, LOSSLESS_SEED}
 
 
 def xdist_group_of(item) -> str:

@@ -120,7 +120,11 @@ def _dump_mode(path: str, steps_per_epoch: int = 4):
     )
     debug = DebugConfig(dump_rollout_data=True, path=path, writer_process=False)
     # One process: what every topology shares (no RNG gather, no workers).
-    return DumpMode(trainer, debug, Topology()), committed
+    mode = DumpMode(trainer, debug, Topology())
+    # As started() finds it on an AReaL whose trainer has
+    # _collect_trainable_rollout_batch (areal_compat.collects_in_several_calls).
+    mode.seals_each_call = False
+    return mode, committed
 
 
 def _group(seed: int) -> dict:
@@ -198,6 +202,45 @@ def test_a_step_that_calls_prepare_batch_several_times_is_recorded_once(
     assert reader.step_meta(0).num_trajectories == len(trained[0])
 
 
+def test_the_collected_batch_is_on_disk_once_the_trainer_hands_it_on(tmp_path):
+    """A step's parts are recorded when the trainer first uses the batch (the
+    critic's values, the reference's or the actor's log-probs...), not at the
+    step's end: a crash in the step's training finds its batch recorded."""
+    from concurrent.futures import Future
+
+    from support.waiting import wait_until
+
+    from areal_debug.recording.writer.start import write_manifest
+    from tests.test_store import manifest
+
+    path = str(tmp_path)
+    write_manifest(path, manifest(steps_per_epoch=4))
+    mode, _ = _dump_mode(path)
+    mode.clock.start(0)
+    parts = iter([[_group(0)], [_group(1)]])
+
+    def rollout_prepare_batch():
+        part, fetched = next(parts), Future()
+        fetched.set_result(part)
+        mode._record_batch(fetched)
+        return part
+
+    batch = collect_until(mode._clocked(rollout_prepare_batch), 2)
+    step_json = tmp_path / "step-000000" / "step.json"
+    assert not step_json.exists()  # more parts could still come
+    assert mode._completing(lambda data: len(data))(batch) == 2
+    wait_until(step_json.exists, 30, "step 0 recorded once its batch was used")
+    mode.close_recording()
+
+
+def test_the_installed_areal_calls_prepare_batch_once_a_step():
+    """No installable build has #1563: the recorder writes each call's batch at
+    once, as a crash in the step's training finds it recorded."""
+    from areal_debug import areal_compat
+
+    assert areal_compat.collects_in_several_calls() is False
+
+
 def test_a_replay_serves_the_whole_recorded_step_and_refuses_to_make_up_more(
     tmp_path,
 ):
@@ -263,3 +306,71 @@ def test_arealss_train_perf_statistics_are_timings_never_compared():
         "train_perf/tflops_per_gpu",
         "timeperf/train_step",
     }
+
+
+# -- #1592: pure multi-objective distillation ---------------------------------------
+class _DistillingActor:
+    """An actor with AReaL's prepare_mopd_batch (areal/trainer/ppo/actor.py after
+    cbff54d): per trajectory it needs the teachers' ``mopd_teacher_logp_sum``,
+    rolls the rollout log-probs and loss mask to next-token alignment and keeps
+    the behaviour log-probs as ``mopd_behavior_logprobs``. It has no
+    compute_advantages call in such a step (rl_trainer.py calls one or the other)."""
+
+    def compute_logp(self, data):
+        raise AssertionError("prox log-probs are not recomputed in this step")
+
+    compute_advantages = train_batch = optimizer_step = compute_logp
+
+    def prepare_mopd_batch(self, data):
+        out = []
+        for traj in data:
+            traj = dict(traj)
+            mask = traj["loss_mask"].float().roll(-1, dims=-1)
+            behavior = traj["logprobs"].roll(-1, dims=-1)
+            traj["mopd_behavior_logprobs"] = behavior * mask
+            traj["logprobs"], traj["loss_mask"] = behavior * mask, mask
+            out.append(traj)
+        return out
+
+
+def _distilled_step(teacher_shift: float) -> dict:
+    """One pure-distillation step's stage digests, as the probes record them."""
+    import torch
+
+    from areal_debug import areal_compat
+    from areal_debug.stages.probes import StageProbes
+
+    actor = _DistillingActor()
+    probes, patches = StageProbes(frozenset()), areal_compat.MethodPatches()
+    probes.install_engine("actor", actor, patches)
+    g = torch.Generator().manual_seed(0)
+    batch = [
+        {
+            "logprobs": -torch.rand(2, 6, generator=g),
+            "loss_mask": torch.ones(2, 6, dtype=torch.int32),
+            "mopd_teacher_logp_sum": -torch.rand(2, generator=g) + teacher_shift,
+        }
+        for _ in range(2)
+    ]
+    actor.prepare_mopd_batch(batch)
+    patches.remove_all()
+    return {"ranks": [probes.take().digests], "global": {}}
+
+
+def test_pure_distillation_is_a_stage_of_its_own_and_its_advantages_are_absent():
+    from areal_debug.compare.stages import compare_stages, describe
+
+    recorded = _distilled_step(0.0)
+    assert set(recorded["ranks"][0]) == {"mopd"}
+    assert len(recorded["ranks"][0]["mopd"]) == 4  # 2 trajectories x 2 keys
+
+    same = compare_stages(recorded, _distilled_step(0.0), same_layout=True)
+    assert same["mopd"]["status"] == "identical"
+    assert same["advantages"]["status"] == "absent"
+    assert "prepare_mopd_batch prepares the batch in place of compute_advantages" in (
+        describe(0, same)
+    )
+    # Other teachers' sums: the step leaves the recording at its mopd stage.
+    moved = compare_stages(recorded, _distilled_step(0.5), same_layout=True)
+    assert moved["mopd"]["status"] == "differs"
+    assert "mopd_teacher_logp_sum" in moved["mopd"]["where"]

@@ -93,6 +93,11 @@ def test_a_replay_installs_a_generation_and_points_latest_at_it(tmp_path, with_p
     checkpoints.install(replay, recording, 3, NAMES, world_size=2)
     pointer = json.loads(_read(standin.latest_path(root)))
     assert (pointer["global_step"], pointer["engines"]) == (3, NAMES)
+    # Planted in a fresh trial: the earlier replay's generation of step 7 is gone
+    # (AReaL's LATEST never moves back, and its saves delete only the generation
+    # before them: step 7's would be saved over, or stay behind).
+    generations = os.path.dirname(standin.generation_dir(root, 3))
+    assert os.listdir(generations) == [standin.generation_dirname(3)]
     # What AReaL would resolve: the kept files, and the replay's dataloader position.
     source = standin.resolve_checkpoint(root, NAMES)
     assert _read(os.path.join(source.manifest, "step_info.json")) == "new"

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from support.harness import rpc_workers
 from support.recordings import SC_REFUSED_STEP, SC_STEPS
+from support.scripts import DRAWN_AHEAD_SEED, LOSSLESS_SEED
 from test_cli_inspect import rewrite_payload
 
 from areal_debug.inspect.common import cli_command
@@ -295,7 +296,7 @@ def interrupted_demo(wd, sc: bool, *overrides: str) -> subprocess.CompletedProce
 
 @pytest.mark.parametrize(
     "sc",
-    [False, pytest.param(True, marks=pytest.mark.scheduler)],
+    [False, pytest.param(True, marks=pytest.mark.scheduler(seed=DRAWN_AHEAD_SEED))],
     ids=["spmd", "single-controller"],
 )
 def test_a_resume_skips_the_batch_areal_drew_ahead(tmp_path, sc):
@@ -303,7 +304,7 @@ def test_a_resume_skips_the_batch_areal_drew_ahead(tmp_path, sc):
     recover checkpoint stored the dataloader's position: the resumed run starts
     after it and never trains it. The demo and `areal-debug resume` say so."""
     wd = tmp_path / "demo"
-    run = interrupted_demo(wd, sc)
+    run = interrupted_demo(wd, sc, *([f"seed={DRAWN_AHEAD_SEED}"] if sc else []))
     out = run.stdout
     assert run.returncode == 1, out[-3000:] + run.stderr[-3000:]
     assert (
@@ -345,7 +346,7 @@ def test_a_resume_skips_the_batch_areal_drew_ahead(tmp_path, sc):
 
 @pytest.mark.parametrize(
     "sc",
-    [False, pytest.param(True, marks=pytest.mark.scheduler)],
+    [False, pytest.param(True, marks=pytest.mark.scheduler(seed=LOSSLESS_SEED))],
     ids=["spmd", "single-controller"],
 )
 def test_an_interrupted_demo_resumes_losslessly_and_replays(tmp_path, sc):
@@ -354,7 +355,8 @@ def test_an_interrupted_demo_resumes_losslessly_and_replays(tmp_path, sc):
     the redone step 1 trains the prompts the killed one did, and every step
     replays bit for bit."""
     wd = tmp_path / "demo"
-    run = interrupted_demo(wd, sc, "debug.lossless_resume=true")
+    seed = [f"seed={LOSSLESS_SEED}"] if sc else []
+    run = interrupted_demo(wd, sc, "debug.lossless_resume=true", *seed)
     out = run.stdout
     assert run.returncode == 0, out[-3000:] + run.stderr[-3000:]
     assert "1 drawn ahead, and the 8 input(s) drawn and not trained were kept" in out

@@ -61,9 +61,12 @@ SUBJECTS: dict[str, tuple[str, ...]] = {
         "online_mode",
         "teacher_dp_size",
         "teacher_backend",
+        "collects_in_several_calls",
+        "batch_users",
     ),
     "engines": (
         "STAGE_METHODS",
+        "OPTIONAL_STAGE_METHODS",
         "stage_engine_classes",
         "stage_engines",
         "engine_named_parameters",

@@ -12,13 +12,17 @@ without loading AReaL.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 from typing import TYPE_CHECKING
 
+from areal_debug.logs import get_logger
+
 if TYPE_CHECKING:
     from areal.trainer.rl_trainer import PPOTrainer
 
+logger = get_logger("DebugArealCompat")
 
 # -- AReaL's recover checkpoint ----------------------------------------------------------
 # The names PPOTrainer._save_recover_checkpoint saves its models under:
@@ -116,7 +120,16 @@ def install_generation(root: str, step: int, names: list[str]) -> tuple[str, dic
 
     pointer = checkpoint_pointer_module()
     generation = pointer.generation_dir(root, step)
-    shutil.rmtree(generation, ignore_errors=True)
+    # A fresh trial only: AReaL's LATEST never moves back and each save deletes
+    # the generation before it, so generations an earlier replay of this trial
+    # left (steps past this one among them) would be saved over or stay behind.
+    # They are the replay trial's own output, never the recording.
+    generations = os.path.dirname(generation)
+    if os.path.isdir(generations):
+        logger.info(f"Replay: removing an earlier replay's checkpoints {generations}")
+        shutil.rmtree(generations)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(pointer.latest_path(root))
     return pointer.manifest_dir(generation), {
         n: pointer.payload_dir(generation, n) for n in names
     }

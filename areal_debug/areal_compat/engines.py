@@ -31,6 +31,10 @@ STAGE_METHODS = {
     "ref": ("compute_logp",),
     "critic": ("compute_values",),
 }
+# Probed where the engine has them: AReaL after cbff54d (#1592,
+# areal/trainer/ppo/actor.py) prepares a pure-distillation step's batch with
+# prepare_mopd_batch in place of compute_advantages; no installable build has it.
+OPTIONAL_STAGE_METHODS = {"actor": ("prepare_mopd_batch",)}
 
 
 def stage_engine_classes() -> dict[str, type]:

@@ -244,3 +244,32 @@ def teacher_dp_size(trainer: PPOTrainer) -> int:
 
 def teacher_backend(trainer: PPOTrainer) -> str:
     return trainer.teacher_alloc.backend
+
+
+# What the trainer hands a step's collected batch to first: the step's batch is
+# complete from the first of these calls on (rl_trainer.py's order).
+BATCH_USES = {
+    "actor": ("compute_logp", "compute_advantages", "prepare_mopd_batch", "ppo_update"),
+    "critic": ("compute_values",),
+    "ref": ("compute_logp",),
+}
+
+
+def collects_in_several_calls() -> bool:
+    """AReaL after main @cbff54d (#1563): PPOTrainer.train collects a step's batch
+    with ``_collect_trainable_rollout_batch``, which may call ``prepare_batch``
+    several times; earlier builds call it once a step. Detected by the helper's
+    presence, not a version."""
+    from areal.trainer import rl_trainer
+
+    return hasattr(rl_trainer, "_collect_trainable_rollout_batch")
+
+
+def batch_users(trainer: PPOTrainer) -> list[tuple[Any, str]]:
+    """``(engine, method)`` of the trainer's engines that take a step's batch
+    first (``BATCH_USES``), those it has."""
+    found = []
+    for role, methods in BATCH_USES.items():
+        engine = getattr(trainer, role, None)
+        found += [(engine, m) for m in methods if hasattr(engine, m)]
+    return found

@@ -78,6 +78,7 @@ def compare_stages(
         out[stage] = _compare_ranks(
             stage, rec_ranks, rep_ranks, recorded_tensors, replayed_tensors
         )
+    _absent_advantages(out)
     if same_layout and "logp" in out:
         _below_logp(
             out["logp"],
@@ -88,6 +89,17 @@ def compare_stages(
             place_of,
         )
     return out
+
+
+def _absent_advantages(out: dict[str, dict[str, Any]]) -> None:
+    """A pure-distillation step (its ``mopd`` stage) computes no advantages: said,
+    not left out without a word."""
+    if "mopd" in out and "advantages" not in out:
+        out["advantages"] = {
+            "status": Verdict.ABSENT,
+            "reason": "pure distillation: AReaL's prepare_mopd_batch prepares the "
+            "batch in place of compute_advantages",
+        }
 
 
 def _below_logp(result: dict, recorded, replayed, rec_t, rep_t, place_of) -> None:
@@ -320,6 +332,8 @@ def describe(step: int, stages: dict[str, dict[str, Any]]) -> str:
             parts.append(f"{stage} identical")
         elif status == Verdict.NOT_COMPARED:
             parts.append(f"{stage} not compared (layout changed)")
+        elif status == Verdict.ABSENT:
+            parts.append(f"{stage} absent in this step ({r['reason']})")
         elif stage == "grads":
             parts.append(
                 f"first parameter whose gradient differs: {r['where']}"

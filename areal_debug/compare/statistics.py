@@ -177,7 +177,11 @@ class StatsComparison:
             if entry.stages:
                 lines.append(describe(entry.global_step, entry.stages))
         elif self.steps and all(_all_stages_identical(e) for e in self.steps):
-            names = ", ".join(self.steps[-1].stages)
+            names = ", ".join(
+                stage
+                for stage, r in self.steps[-1].stages.items()
+                if r.get("status") != Verdict.ABSENT
+            )
             lines.append(
                 f"Every stage identical at every step ({names}): weights included."
             )
@@ -210,5 +214,5 @@ def _relative(diff: float) -> str:
 
 
 def _all_stages_identical(entry: StepComparison) -> bool:
-    statuses = {r.get("status") for r in entry.stages.values()}
+    statuses = {r.get("status") for r in entry.stages.values()} - {Verdict.ABSENT}
     return statuses == {Verdict.IDENTICAL}

@@ -99,6 +99,9 @@ class ActiveMode(DebugMode):
         self.stage_probes: StageProbes | WorkerStageProbes | None = None
         self.worker_probes = WorkerStageProbes()
         self._model_digested = False
+        # AReaL up to cbff54d calls prepare_batch once a step: each call's batch
+        # is the step's, complete at once (started() detects the build).
+        self.seals_each_call = True
 
     def prepare(self, config, train_dataset, valid_dataset):
         # A user's own script reaches here without the launcher's check: still
@@ -183,6 +186,12 @@ class ActiveMode(DebugMode):
             m.capability for m in getattr(self.trainer, "missing_seams", ())
         }
         self.patches.wrap(self.trainer.actor, "prepare_batch", self._clocked)
+        self.seals_each_call = not areal_compat.collects_in_several_calls()
+        if not self.seals_each_call:
+            # The step's batch is whole when the trainer first hands it on: a
+            # crash in the step's training finds it recorded.
+            for engine, method in areal_compat.batch_users(self.trainer):
+                self.patches.wrap(engine, method, self._completing)
         self.topology.patch_actor(self.trainer, self.patches)
         if self.debug.stage_digests:
             self.stage_probes = self.topology.start_stage_probes(
@@ -227,7 +236,16 @@ class ActiveMode(DebugMode):
             )
 
     def batch_complete(self, step: int) -> None:
-        """Step ``step``'s batch is whole: its statistics are about to commit."""
+        """Step ``step``'s batch is whole: the trainer hands it on, or its
+        statistics are about to commit (called once or more per step)."""
+
+    def _completing(self, use: Callable) -> Callable:
+        def completed_then_used(*args, **kwargs):
+            if self.clock.collecting:
+                self.batch_complete(self.clock.current)
+            return use(*args, **kwargs)
+
+        return completed_then_used
 
     def more_of_step(self, step: int) -> None:
         """AReaL asks for more of step ``step``'s batch (#1563: not enough groups

@@ -190,6 +190,8 @@ class DumpMode(ActiveMode):
         step = self.clock.preparing
         if self.policy.records(step):
             self.writer.submit_batch_part(step, batch)
+            if self.seals_each_call:
+                self.writer.seal_batch()
 
     def batch_complete(self, step: int) -> None:
         if self.writer is not None:

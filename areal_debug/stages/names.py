@@ -20,6 +20,7 @@ class Verdict(StrEnum):
     DIVERGED = "diverged"  # a step or metric: beyond the tolerance
     DIFFERS = "differs"  # a stage's digests (exact, no tolerance)
     NOT_COMPARED = "not_compared"  # with why (another layout, no digest kept)
+    ABSENT = "absent"  # a stage this step does not run, with why (neither side has it)
     NOT_RECORDED = "not_recorded"  # a metric the recording does not have
     NOT_REPLAYED = "not_replayed"  # a recorded metric the replay did not commit
     INCOMPLETE = "incomplete"  # a step with metrics on one side only
@@ -35,6 +36,9 @@ STAGES = (
     "ref_logp",
     "values",
     "advantages",
+    # AReaL after cbff54d (#1592): pure multi-objective distillation prepares the
+    # batch with prepare_mopd_batch in place of compute_advantages.
+    "mopd",
     "loss",
     "grads",
     "weights",

@@ -42,6 +42,10 @@ logger = get_logger("DebugStages")
 # What the reference's compute_logp calls per micro-batch: counted, so that a
 # replay can show the reference model never ran (debug.replay_recorded_ref_logp).
 _REF_FORWARD = "forward"
+# What pure distillation's batch carries per trajectory (areal/trainer/ppo/actor.py
+# after cbff54d, _prepare_mopd_batch): the aligned behaviour log-probs, and the
+# teachers' log-prob sums (MOPDTeacherPhase.materialize) it trains towards.
+MOPD_KEYS = ("mopd_behavior_logprobs", "mopd_teacher_logp_sum")
 
 
 class StageProbes:
@@ -94,7 +98,7 @@ class StageProbes:
         if role == "ref":
             self.ref_forwards = 0
             patches.wrap(engine, _REF_FORWARD, self._counted_forward)
-        for method in stage_methods(role):
+        for method in stage_methods(role, engine):
             patches.wrap(engine, method, self._probe(method)(role, engine))
 
     def _probe(self, method: str) -> Callable[[str, Any], Callable]:
@@ -144,6 +148,9 @@ class StageProbes:
 
     def _probe_compute_advantages(self, role: str, engine) -> Callable:
         return self._advantages
+
+    def _probe_prepare_mopd_batch(self, role: str, engine) -> Callable:
+        return self._mopd
 
     def _probe_train_batch(self, role: str, engine) -> Callable:
         return self._train_batch
@@ -269,15 +276,26 @@ class StageProbes:
         )
 
     def _advantages(self, compute: Callable) -> Callable:
+        return self._keyed("advantages", ("advantages", "returns"), compute)
+
+    def _mopd(self, prepare: Callable) -> Callable:
+        """Pure distillation's batch (AReaL after cbff54d, #1592): the rollout's
+        behaviour log-probs it aligns, and the teachers' log-prob sums it trains
+        towards, per trajectory."""
+        return self._keyed("mopd", MOPD_KEYS, prepare)
+
+    def _keyed(self, stage: str, keys: tuple[str, ...], compute: Callable) -> Callable:
+        """``compute`` returning trajectory dicts, with ``keys`` of each digested."""
+
         def digested(*args, **kwargs):
             out = compute(*args, **kwargs)
             items = []
             for i, traj in enumerate(_as_list(out)):
-                for key in ("advantages", "returns"):
+                for key in keys:
                     t = traj.get(key) if isinstance(traj, dict) else None
                     if isinstance(t, torch.Tensor):
                         items.append((f"{trajectory_name(i)} {key}", t, 0))
-            self._digest("advantages", lambda: self.log.add_many("advantages", items))
+            self._digest(stage, lambda: self.log.add_many(stage, items))
             return out
 
         return digested
@@ -373,17 +391,21 @@ _PROBES: dict[str, Callable[..., Callable]] = {
     "compute_logp": StageProbes._probe_compute_logp,
     "compute_values": StageProbes._probe_compute_values,
     "compute_advantages": StageProbes._probe_compute_advantages,
+    "prepare_mopd_batch": StageProbes._probe_prepare_mopd_batch,
     "train_batch": StageProbes._probe_train_batch,
     "optimizer_step": StageProbes._probe_optimizer_step,
 }
 
 
-def stage_methods(role: str) -> tuple[str, ...]:
+def stage_methods(role: str, engine: Any = None) -> tuple[str, ...]:
     """The methods an engine of ``role`` (actor, ref, critic) is probed on: its
-    STAGE_METHODS, and for the actor its engine's too (the actor trains itself)."""
+    STAGE_METHODS, for the actor its engine's too (the actor trains itself), and
+    the OPTIONAL_STAGE_METHODS ``engine`` has."""
     methods = areal_compat.STAGE_METHODS[role]
     if role == "actor":
         methods += areal_compat.STAGE_METHODS["actor_engine"]
+    optional = areal_compat.OPTIONAL_STAGE_METHODS.get(role, ())
+    methods += tuple(m for m in optional if hasattr(engine, m))
     return methods
 
 

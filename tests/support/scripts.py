@@ -74,6 +74,11 @@ SCRIPTS_SEED = 2
 # their own: they take as long as the example scripts', and behind them on one
 # worker the two were the suite's longest chain.
 AGENT_SEED = 4
+# The single-controller interrupted demos (tests/test_demo.py) start AReaL's
+# scheduler too: each with a seed of its own runs beside the suite's other
+# scheduler runs, not behind them on one worker (three minutes each).
+DRAWN_AHEAD_SEED = 5
+LOSSLESS_SEED = 6
 
 # The flags a script's dump and replay runs add, deterministic as the tests compare bits.
 DUMP = ["debug.dump_rollout_data=true", "debug.deterministic=true"]
