@@ -144,5 +144,5 @@ def test_every_seam_is_in_the_usage_table():
     text = (ROOT / "docs" / "usage.md").read_text()
     for seam in SEAMS:
         params = f"({', '.join(seam.params)})" if seam.params else ""
-        row = f"| `{seam.where}`{params} | {seam.how} | {seam.capability.value} |"
+        row = f"| `{seam.where}`{params} | {seam.use} | {seam.capability.value} |"
         assert row in text, row

@@ -248,7 +248,7 @@ def teacher_backend(trainer: PPOTrainer) -> str:
 
 # What the trainer hands a step's collected batch to first: the step's batch is
 # complete from the first of these calls on (rl_trainer.py's order).
-BATCH_USES = {
+_BATCH_USES = {
     "actor": ("compute_logp", "compute_advantages", "prepare_mopd_batch", "ppo_update"),
     "critic": ("compute_values",),
     "ref": ("compute_logp",),
@@ -267,9 +267,9 @@ def collects_in_several_calls() -> bool:
 
 def batch_users(trainer: PPOTrainer) -> list[tuple[Any, str]]:
     """``(engine, method)`` of the trainer's engines that take a step's batch
-    first (``BATCH_USES``), those it has."""
+    first (``_BATCH_USES``), those it has."""
     found = []
-    for role, methods in BATCH_USES.items():
+    for role, methods in _BATCH_USES.items():
         engine = getattr(trainer, role, None)
         found += [(engine, m) for m in methods if hasattr(engine, m)]
     return found

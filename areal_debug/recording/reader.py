@@ -254,9 +254,7 @@ class RecordingReader:
     ) -> tuple[dict[str, Any] | None, dict[str, torch.Tensor] | None]:
         """The step's stage digests (``ranks`` and ``global``) and, when the dump
         run kept them and ``tensors`` asks for them, the per-token stage tensors;
-        ``(None, None)`` if absent."""
-        import torch
-
+        ``(None, None)`` if absent. Loads torch only for the tensors."""
         path = self._file(step, STAGES_FILE)
         if not os.path.exists(path):
             return None, None
@@ -275,6 +273,7 @@ class RecordingReader:
         expected = stages.get("tensors_sha256")
         if expected is None or not tensors:
             return stages, None
+        import torch
         # Named since the trainer's log-probs are kept by default (and compressed);
         # before, always an uncompressed stage_tensors.pt.
         name = stages.get("tensors_file", STAGE_TENSORS)
