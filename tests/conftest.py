@@ -37,6 +37,7 @@ from support.scripts import (  # noqa: E402
     AGENT_SEED,
     DRAWN_AHEAD_SEED,
     LOSSLESS_SEED,
+    RAY_SEED,
     SCRIPTS_SEED,
     agent_workdir,  # noqa: F401
     gsm8k_workdir,  # noqa: F401
@@ -103,7 +104,14 @@ FIXTURE_GROUPS = {
 
 
 # The seeds whose scheduler runs have a group (and so a worker) of their own.
-SCHEDULER_SEEDS = {1, SCRIPTS_SEED, AGENT_SEED, DRAWN_AHEAD_SEED, LOSSLESS_SEED}
+SCHEDULER_SEEDS = {
+    1,
+    SCRIPTS_SEED,
+    AGENT_SEED,
+    DRAWN_AHEAD_SEED,
+    LOSSLESS_SEED,
+    RAY_SEED,
+}
 
 
 def xdist_group_of(item) -> str:
@@ -120,6 +128,8 @@ def xdist_group_of(item) -> str:
         )
     mark = item.get_closest_marker("scheduler")
     if mark is None:
+        if not groups and item.get_closest_marker("apart") is not None:
+            return f"apart-{item.name}"
         return groups.pop() if groups else item.module.__name__
     seed = mark.kwargs.get("seed", 1)
     own = f"scheduler-seed{seed}"

@@ -296,7 +296,10 @@ def interrupted_demo(wd, sc: bool, *overrides: str) -> subprocess.CompletedProce
 
 @pytest.mark.parametrize(
     "sc",
-    [False, pytest.param(True, marks=pytest.mark.scheduler(seed=DRAWN_AHEAD_SEED))],
+    [
+        pytest.param(False, marks=pytest.mark.apart),
+        pytest.param(True, marks=pytest.mark.scheduler(seed=DRAWN_AHEAD_SEED)),
+    ],
     ids=["spmd", "single-controller"],
 )
 def test_a_resume_skips_the_batch_areal_drew_ahead(tmp_path, sc):
@@ -346,7 +349,10 @@ def test_a_resume_skips_the_batch_areal_drew_ahead(tmp_path, sc):
 
 @pytest.mark.parametrize(
     "sc",
-    [False, pytest.param(True, marks=pytest.mark.scheduler(seed=LOSSLESS_SEED))],
+    [
+        pytest.param(False, marks=pytest.mark.apart),
+        pytest.param(True, marks=pytest.mark.scheduler(seed=LOSSLESS_SEED)),
+    ],
     ids=["spmd", "single-controller"],
 )
 def test_an_interrupted_demo_resumes_losslessly_and_replays(tmp_path, sc):

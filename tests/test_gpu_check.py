@@ -83,6 +83,7 @@ def demo_processes(workdir: Path) -> list[int]:
 
 
 @pytest.mark.areal
+@pytest.mark.areal  # the demo and selfcheck run AReaL's trainer
 def test_gpu_check_runs_every_step_and_sums_up(tmp_path):
     run = run_check(
         tmp_path,

@@ -29,13 +29,14 @@ from support.harness import (
     replay_report,
     run_logged,
 )
+from support.scripts import RAY_SEED
 from support.waiting import wait_until
 from support.workdirs import make_workdir
 
 from areal_debug.recording.reader import RecordingReader
 from areal_debug.testing import end_process, example_command, run_env, start_server
 
-pytestmark = [pytest.mark.areal, pytest.mark.scheduler]
+pytestmark = [pytest.mark.areal, pytest.mark.scheduler(seed=RAY_SEED)]
 
 EXPERIMENT = "tinydemo"
 STEPS = 2
@@ -140,6 +141,7 @@ def run_on_ray(workdir, ray_address, name, overrides, server_addr=None):
         sc=True,
         overrides=[
             "scheduler.type=ray",
+            f"seed={RAY_SEED}",
             f"total_train_steps={STEPS}",
             "trial_name=ray",
             *TRAIN_D2,

@@ -79,6 +79,9 @@ AGENT_SEED = 4
 # scheduler runs, not behind them on one worker (three minutes each).
 DRAWN_AHEAD_SEED = 5
 LOSSLESS_SEED = 6
+# The Ray scheduler's runs (tests/test_ray_scheduler.py): beside the seed-1 group,
+# which records the suite's single-controller demo, not behind it.
+RAY_SEED = 7
 
 # The flags a script's dump and replay runs add, deterministic as the tests compare bits.
 DUMP = ["debug.dump_rollout_data=true", "debug.deterministic=true"]
