@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from areal_debug.bisect import command as bisect_command
 from areal_debug.inspect.commands import (
     diff,
     doctor,
@@ -134,6 +135,15 @@ COMMANDS: tuple[Command, ...] = (
         resume.run,
         about=resume.ABOUT,
         examples=resume.EXAMPLES,
+    ),
+    Command(
+        "bisect",
+        "--step N --settings K=V... -- CMD",
+        "which settings move step N, replaying only it (or --oracle for git bisect run)",
+        bisect_command.add_arguments,
+        bisect_command.run,
+        about=bisect_command.ABOUT,
+        examples=bisect_command.EXAMPLES,
     ),
     Command(
         "report",

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from areal_debug.compare.layers import PlaceOf, batch_places
-from areal_debug.compare.report import TopologyChange
+from areal_debug.compare.report import REPORT_COPY_ENV, TopologyChange
 from areal_debug.compare.stages import compare_model, compare_stages
 from areal_debug.compare.statistics import StatsComparison, timing_stats, training_stats
 from areal_debug.determinism import current_settings, differences
@@ -161,7 +161,7 @@ class ReplayComparison:
         )
         result["actor_path"] = actor_path
         self.report.model = result
-        atomic_write_json(self.report_path, self.report.to_json())
+        self._write_report()
         status = result["status"]
         if status == Verdict.IDENTICAL:
             logger.info(
@@ -198,9 +198,18 @@ class ReplayComparison:
         entry = self.stats.add(
             step, recorded, training_stats(stats), timings, self._stages.pop(step, None)
         )
-        atomic_write_json(self.report_path, self.report.to_json())
+        self._write_report()
         if entry.status == Verdict.DIVERGED:
             self._diverged(step)
+
+    def _write_report(self) -> None:
+        data = self.report.to_json()
+        atomic_write_json(self.report_path, data)
+        # A copy where a tool running this replay asked (areal-debug bisect),
+        # wherever the run's config puts its logs.
+        copy = os.environ.get(REPORT_COPY_ENV)
+        if copy:
+            atomic_write_json(copy, data)
 
     def _diverged(self, step: int) -> None:
         first = self.report.first_stage_divergence()

@@ -13,6 +13,8 @@ from areal_debug.stages import train_infer
 from areal_debug.stages.names import Verdict, step_order
 
 REPORT_NAME = REPLAY_REPORT_NAME
+# Where a replay also writes its report, when set (areal-debug bisect's channel).
+REPORT_COPY_ENV = "AREAL_DEBUG_REPORT_COPY"
 
 
 @dataclass

@@ -274,6 +274,7 @@ class RecordingReader:
         if expected is None or not tensors:
             return stages, None
         import torch
+
         # Named since the trainer's log-probs are kept by default (and compressed);
         # before, always an uncompressed stage_tensors.pt.
         name = stages.get("tensors_file", STAGE_TENSORS)
