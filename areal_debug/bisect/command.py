@@ -9,6 +9,11 @@ import os
 import sys
 import time
 
+from areal_debug.inspect.commands.output import (
+    replay_command,
+    replay_command_arguments,
+)
+
 ABOUT = (
     "Replays step N of a recording (from the latest recover checkpoint kept before "
     "it, else from step 0) as trials and finds what moves it. With --settings: the "
@@ -37,21 +42,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="one trial; exit 0 same, 1 moved, 125 skip (for git bisect run)",
     )
-    p.add_argument(
-        "--logs",
-        help="where each trial's log and report go (default ./bisect-stepN-STAMP)",
+    replay_command_arguments(
+        p, "where each trial's log and report go (default: ./bisect-stepN-STAMP)"
     )
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- REPLAY_CMD ...")
 
 
 def run(args: argparse.Namespace) -> int:
     from areal_debug.bisect.settings import bisect_settings
     from areal_debug.bisect.trial import BisectError, TrialRunner
 
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not command:
-        raise SystemExit("areal-debug bisect: give the replay command after --")
+    command = replay_command(args)
     for setting in args.settings or []:
         if "=" not in setting:
             raise SystemExit(

@@ -8,6 +8,8 @@ import argparse
 import json
 import sys
 
+from areal_debug.inspect.commands.output import replay_command_arguments
+
 ABOUT = "run a replay command twice and say whether this machine repeats it, and the recording"
 EXAMPLES = """examples:
   areal-debug selfcheck -- bash areal-debug-demo/run_replay.sh
@@ -23,22 +25,16 @@ every step."""
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", metavar="RANGE", help="N or A-B: the steps to replay")
-    p.add_argument(
-        "--logs",
-        metavar="DIR",
-        help="where the two replays' logs go (default: ./selfcheck-STAMP)",
+    replay_command_arguments(
+        p, "where the two replays' logs go (default: ./selfcheck-STAMP)"
     )
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- and the replay command")
 
 
 def run(args: argparse.Namespace) -> int:
-    from areal_debug.inspect.commands.output import logs_to_stderr
+    from areal_debug.inspect.commands.output import logs_to_stderr, replay_command
     from areal_debug.inspect.common import InspectError
 
-    command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    if not command:
-        raise InspectError("Give the replay command after --, as you would run it.")
+    command = replay_command(args)
     # AReaL's loggers take the stdout they find when AReaL is first imported:
     # stderr, so that stdout holds only the result.
     with logs_to_stderr():

@@ -16,6 +16,25 @@ def json_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
+def replay_command_arguments(p: argparse.ArgumentParser, logs: str) -> None:
+    """``--logs DIR`` (``logs``: what goes there, and its default), ``--json``
+    and ``-- REPLAY COMMAND``: the commands that run a replay command as trials
+    (selfcheck, bisect)."""
+    p.add_argument("--logs", metavar="DIR", help=logs)
+    json_flag(p)
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- and the replay command")
+
+
+def replay_command(args: argparse.Namespace) -> list[str]:
+    """The replay command given after ``--``; InspectError where there is none."""
+    from areal_debug.inspect.common import InspectError
+
+    command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not command:
+        raise InspectError("Give the replay command after --, as you would run it.")
+    return command
+
+
 def recording_and_replay(
     p: argparse.ArgumentParser, second_recording: bool = False
 ) -> None:
