@@ -150,6 +150,10 @@ def test_bisect_names_the_one_setting_that_moves_the_step(workdir, tmp_path):
 
     # The oracle for `git bisect run` (the trial "as recorded" above was its 0):
     # 1 where step 1 moves.
-    oracle = _bisect(workdir, "--step", "1", "--oracle", command=(f"++{MOVING}",))
+    oracle = _bisect(
+        workdir,
+        *("--step", "1", "--oracle", "--logs", str(tmp_path / "oracle")),
+        command=(f"++{MOVING}",),
+    )
     assert oracle.returncode == 1, oracle.stderr[-3000:]
     assert "oracle: MOVED, first at advantages" in oracle.stdout
