@@ -1,37 +1,26 @@
 # SPDX-License-Identifier: Apache-2.0
 """Delta debugging (Zeller's ddmin) over a set of changes: the smallest subset
-that still moves the step, with every trial kept for the report."""
+that still moves the step."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class Trial(Generic[T]):
-    changes: tuple[T, ...]
-    moved: bool
-    detail: str = ""
-
-
 def ddmin(
-    changes: Sequence[T], moves: Callable[[tuple[T, ...]], tuple[bool, str]]
-) -> tuple[tuple[T, ...], list[Trial[T]]]:
-    """A 1-minimal subset of ``changes`` for which ``moves`` is true (given
-    that all of them move it), and the trials run, in order. Each subset is
-    tried once (cached)."""
-    seen: dict[tuple[T, ...], tuple[bool, str]] = {}
-    trials: list[Trial[T]] = []
+    changes: Sequence[T], moves: Callable[[tuple[T, ...]], bool]
+) -> tuple[T, ...]:
+    """A 1-minimal subset of ``changes`` for which ``moves`` is true (given that
+    all of them move it). ``moves`` is asked once per subset."""
+    seen: dict[tuple[T, ...], bool] = {}
 
     def test(subset: tuple[T, ...]) -> bool:
         if subset not in seen:
             seen[subset] = moves(subset)
-            trials.append(Trial(subset, *seen[subset]))
-        return seen[subset][0]
+        return seen[subset]
 
     current = tuple(changes)
     n = 2
@@ -51,7 +40,7 @@ def ddmin(
                 if n >= len(current):
                     break
                 n = min(len(current), 2 * n)
-    return current, trials
+    return current
 
 
 def _split(items: tuple[T, ...], n: int) -> list[tuple[T, ...]]:

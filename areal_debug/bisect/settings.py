@@ -86,7 +86,7 @@ def bisect_settings(
         return out
     # None moves it alone: the smallest set that moves it together (delta
     # debugging); its members are culprits only together.
-    smallest, _ = ddmin(everything, lambda s: (trial(s).outcome is Outcome.MOVED, ""))
+    smallest = ddmin(everything, lambda s: trial(s).outcome is Outcome.MOVED)
     out.culprits = list(smallest)
     out.harmless = [s for s in settings if s not in smallest]
     out.moved_by[" ".join(smallest)] = trial(smallest)

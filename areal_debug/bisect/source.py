@@ -32,10 +32,6 @@ class Revision:
     sha: str
     subject: str
 
-    @property
-    def short(self) -> str:
-        return self.sha[:10]
-
 
 @dataclass
 class SourceBisect:
@@ -160,7 +156,7 @@ def bisect_source(
         )
     lo, hi = -1, len(revs) - 1  # revs[lo] same (-1: good), revs[hi] moved
     while hi - lo > 1:
-        mid = _testable(revs, lo, hi, tried, trial)
+        mid = _testable(revs, lo, hi, trial)
         if mid is None:
             break
         if tried[revs[mid].sha].outcome is Outcome.MOVED:
@@ -176,7 +172,7 @@ def bisect_source(
     return out
 
 
-def _testable(revs, lo, hi, tried, trial) -> int | None:
+def _testable(revs, lo, hi, trial) -> int | None:
     """A revision between ``lo`` and ``hi`` that tells same from moved, nearest
     the middle; None where every one between is skipped."""
     mid = (lo + hi) // 2

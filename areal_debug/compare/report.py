@@ -237,12 +237,7 @@ class ReplayReport:
         """AReaL's own ``ppo_actor/train_infer`` statistics (#1736) beside ours on
         the replayed steps, in one line; None where no step has AReaL's. Each is
         also compared with the recording as a metric of its step."""
-        return train_infer.summary(
-            {
-                step: train_infer.pairs_of_stats(values)
-                for step, values in self.series("replayed").items()
-            }
-        )
+        return train_infer.summary_of_stats(self.series("replayed"))
 
     def series(self, which: str) -> dict[int, dict[str, float]]:
         """{step: {metric: value}} of the ``recorded`` or ``replayed`` values."""

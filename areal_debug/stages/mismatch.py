@@ -174,12 +174,6 @@ def of_stats(stats: dict[str, Any]) -> tuple[float | None, dict[str, float]]:
     return (float(tokens) if tokens is not None else None), values
 
 
-def areal_pairs(stats: dict[str, Any]) -> list[train_infer.Pair] | None:
-    """AReaL's own training-inference statistics of one step's committed
-    statistics set beside ours (stages/train_infer.py); None where it has none."""
-    return train_infer.pairs_of_stats(stats)
-
-
 class ReplayReport(Protocol):
     """What this module reads of a replay report (compare/report.py's
     ReplayReport, a layer above: read through it, never as raw JSON)."""
@@ -232,7 +226,9 @@ def table(
             continue
         stats = reader.recorded_stats(step) or {}
         tokens, recorded = of_stats(stats)
-        row = StepMismatch(step, tokens, recorded, areal=areal_pairs(stats))
+        row = StepMismatch(
+            step, tokens, recorded, areal=train_infer.pairs_of_stats(stats)
+        )
         if step in replayed:
             row.replayed_tokens, row.replayed = replayed[step]
             row.replayed_is = replayed_meaning(replay, step)

@@ -89,6 +89,11 @@ def pairs_of_stats(stats: dict[str, Any]) -> list[Pair] | None:
     return beside_ours(tokens, ours, theirs)
 
 
+def summary_of_stats(series: dict[int, dict[str, Any]]) -> str | None:
+    """``summary`` of steps' committed statistics ({step: statistics})."""
+    return summary({step: pairs_of_stats(stats) for step, stats in series.items()})
+
+
 def beside_ours(
     tokens: float | None, ours: dict[str, float], theirs: dict[str, float]
 ) -> list[Pair]:

@@ -240,11 +240,9 @@ def _resume_notes(reader: RecordingReader, notes: list[str]) -> None:
 def _areal_mismatch_note(series: dict[int, dict[str, float]], notes: list[str]):
     """Where the steps carry AReaL's own ppo_actor/train_infer statistics: whether
     they agree with ours (the line `areal-debug mismatch` prints)."""
-    from areal_debug.stages import mismatch, train_infer
+    from areal_debug.stages import train_infer
 
-    line = train_infer.summary(
-        {step: mismatch.areal_pairs(stats) for step, stats in series.items()}
-    )
+    line = train_infer.summary_of_stats(series)
     if line:
         notes.append(line)
 

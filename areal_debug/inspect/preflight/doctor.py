@@ -522,8 +522,10 @@ def _topology(reader: RecordingReader, config) -> list[Finding]:
 
 
 def _unreplayable(reader: RecordingReader, config) -> list[Finding]:
+    """What the replay refuses (modes/replay_setup.refuse_unsupported), each."""
+    found = []
     if needs_teacher_servers(config, reader.manifest):
-        return [
+        found.append(
             Finding(
                 ERROR,
                 "the run has a teacher served as an inference engine, the recording "
@@ -532,17 +534,17 @@ def _unreplayable(reader: RecordingReader, config) -> list[Finding]:
                 "replay without the teacher (teacher=null) or record in "
                 "single-controller mode with it",
             )
-        ]
+        )
     if uses_adaptive_tree(config):
-        return [
+        found.append(
             Finding(
                 ERROR,
                 "the run sets actor.adaptive_tree",
                 f"the replay refuses it: {ADAPTIVE_TREE_WHY}",
                 "replay with actor.adaptive_tree=null",
             )
-        ]
-    return []
+        )
+    return found
 
 
 def _last_step(
