@@ -617,7 +617,7 @@ def _append_debug_overrides(argv: list[str]) -> list[str]:
     return ["++" + a if a.startswith("debug.") and "=" in a else a for a in argv]
 
 
-def compose_with_debug_overrides(compose, argv: list[str]):
+def compose_with_debug_overrides(compose, argv: list[str], config_cls=None):
     """``(compose(argv), argv)``, retrying ``debug.*`` overrides as hydra's ``++``.
 
     Hydra composes overrides against the YAML alone, so ``debug.x=...`` fails
@@ -625,7 +625,9 @@ def compose_with_debug_overrides(compose, argv: list[str]):
     overrides as add-or-override lets users set any debug key on any existing
     YAML, with or without a (partial) ``debug:`` section. The argv returned is
     the form that composed, so processes started later can be given the same.
-    If the retry fails too, the original error is raised.
+    If the retry fails too: a ``DebugConfigError`` naming a key ``config_cls``
+    (AReaL's config class, where the caller knows it) does not have, with the
+    closest ones; else the original error.
     """
     from hydra.errors import ConfigCompositionException
 
@@ -633,11 +635,14 @@ def compose_with_debug_overrides(compose, argv: list[str]):
         return compose(argv), argv
     except ConfigCompositionException as first:
         appended = _append_debug_overrides(argv)
-        if appended == argv:
-            raise
         try:
+            if appended == argv:
+                raise
             return compose(appended), appended
         except ConfigCompositionException:
+            hint = unknown_key_hint(argv, config_cls) if config_cls else None
+            if hint is not None:
+                raise DebugConfigError(hint) from None
             raise first from None
 
 
@@ -666,7 +671,8 @@ _LAYER_DIGESTS_ALWAYS = {"true": True, "false": False}
 
 
 class DebugConfigError(ValueError):
-    """A ``debug.*`` key or value no run can use, found before any process starts."""
+    """A ``debug.*`` key or value, or a config key, no run can use, found before
+    any process starts."""
 
 
 def check_debug_keys(argv: list[str]) -> None:
@@ -694,6 +700,83 @@ def check_debug_keys(argv: list[str]) -> None:
             + ", ".join(known)
             + "."
         )
+
+
+def _field_type(cls, name: str):
+    """The annotation of ``cls``'s field ``name``, or None where it cannot be
+    resolved (a forward reference AReaL never imports)."""
+    import typing
+
+    try:
+        return typing.get_type_hints(cls)[name]
+    except Exception:  # noqa: BLE001 - any unresolvable annotation: stop walking
+        return None
+
+
+def _dataclass_in(hint):
+    """The dataclass ``hint`` names (itself, or inside Optional/Union), else None."""
+    import typing
+
+    for t in (hint, *typing.get_args(hint)):
+        if dataclasses.is_dataclass(t):
+            return t
+    return None
+
+
+def _free_keys(hint) -> bool:
+    """Whether a field of type ``hint`` takes keys of any name (a dict, Any)."""
+    import typing
+
+    return any(
+        t is typing.Any or t is dict or typing.get_origin(t) is dict
+        for t in (hint, *typing.get_args(hint))
+    )
+
+
+def _resolves(cls, parts: list[str]) -> bool:
+    """Whether ``parts`` is a key of ``cls``: a field at each level, down to the
+    last part or to a field whose keys are free (a dict, Any)."""
+    for i, part in enumerate(parts):
+        if part not in {f.name for f in dataclasses.fields(cls)}:
+            return False
+        hint = _field_type(cls, part)
+        inner = _dataclass_in(hint)
+        if inner is None:
+            return i == len(parts) - 1 or _free_keys(hint)
+        cls = inner
+    return True
+
+
+def unknown_key_hint(argv: list[str], config_cls) -> str | None:
+    """The first override of ``argv`` whose key ``config_cls`` (AReaL's config
+    dataclasses) does not have, with the closest keys that exist, in one line;
+    None where every key walks. For after a composition failed: hydra's own
+    message suggests ``+KEY`` (add it), which for a typo is the wrong fix.
+    ``debug.*`` keys are ``check_debug_keys``'; ``+``/``~`` overrides add or
+    delete keys on purpose."""
+    import difflib
+
+    for arg in argv:
+        key = override_key(arg)
+        if key is None or arg.startswith(("+", "~")) or key.startswith("debug."):
+            continue
+        parts, cls = key.split("."), config_cls
+        for i, part in enumerate(parts):
+            names = [f.name for f in dataclasses.fields(cls)]
+            if part not in names:
+                close = difflib.get_close_matches(part, names, n=5, cutoff=0.6)
+                fixes = [
+                    ".".join([*parts[:i], c, *parts[i + 1 :]])
+                    for c in close
+                    if _resolves(config_cls, [*parts[:i], c, *parts[i + 1 :]])
+                ][:3]
+                owner = ".".join(parts[:i]) or "the config"
+                hint = f"; did you mean {' or '.join(fixes)}?" if fixes else "."
+                return f"{arg!r}: {owner} has no key {part!r}{hint}"
+            cls = _dataclass_in(_field_type(cls, part))
+            if cls is None:
+                break
+    return None
 
 
 def check_debug_section(cfg) -> str | None:
@@ -784,7 +867,7 @@ def _load_expr_config(argv: list[str], config_cls):
     )
     argv = agree_argv_with_allocation(list(argv))
     (parsed, config_file), _ = compose_with_debug_overrides(
-        lambda args: areal_load_expr_config(args, parse_cls), argv
+        lambda args: areal_load_expr_config(args, parse_cls), argv, config_cls
     )
     if parse_cls is not config_cls:
         parsed = _as_user_class(parsed, config_cls)

@@ -21,6 +21,11 @@ measured once::
 
     NAME: VALUE (target OP TARGET) ok|MISS
 
+A figure that decides a default (a cost that turns a setting on where it is
+small enough) is a fact with its decision, not a target to miss::
+
+    NAME: VALUE (median of N, range LO to HI; SETTING is ON at OP TARGET) decides: CHOICE
+
 A figure that could not be measured here says so, and why, instead of
 vanishing::
 
@@ -82,6 +87,21 @@ def median_figure(name: str, values: list[float], op: str, target: float) -> str
         f"{name}: {value:.4g} (median of {len(values)}, range "
         f"{min(values):.4g} to {max(values):.4g}; target {op} {target}) "
         f"{_ok(value, op, target)}"
+    )
+
+
+def deciding_figure(
+    name: str, values: list[float], op: str, target: float, setting: str,
+    held: str, missed: str,
+) -> str:  # fmt: skip
+    """A figure that decides ``setting``'s default: the median of ``values``,
+    and the choice it makes (``held`` where it is within ``op target``, else
+    ``missed``). It never fails ``make bench``: either side is a decision."""
+    value = statistics.median(values)
+    chosen = held if _ok(value, op, target) == "ok" else missed
+    return (
+        f"{name}: {value:.4g} (median of {len(values)}, range {min(values):.4g} "
+        f"to {max(values):.4g}; {setting} is {held} at {op} {target}) decides: {chosen}"
     )
 
 

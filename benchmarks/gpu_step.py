@@ -54,7 +54,13 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from dump_overhead import new_writer, rlvr_batch  # noqa: E402
-from figures import emit, exit_status, median_figure, repeat  # noqa: E402
+from figures import (  # noqa: E402
+    deciding_figure,
+    emit,
+    exit_status,
+    median_figure,
+    repeat,
+)
 
 from areal_debug.stages.digest import digest_pairs, sums_of_squares  # noqa: E402
 from areal_debug.stages.layers import LayerDigests  # noqa: E402
@@ -443,11 +449,15 @@ def main(argv=None) -> int:
             "<=",
             WRITER_TARGET,
         ),
-        median_figure(
+        # Decides debug.layer_digests' default on a GPU; not a target to meet.
+        deciding_figure(
             f"gpu_layer_digests_vs_train_step[{shape_name}]",
             [la / t for t, *_, la in runs],
             "<=",
             LAYERS_TARGET,
+            "debug.layer_digests' default",
+            "true",
+            "pinned",
         ),
     ]
     for line in lines:

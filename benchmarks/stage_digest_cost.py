@@ -44,7 +44,13 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from demo_run import add_demo_arguments, run_demo  # noqa: E402
-from figures import emit, exit_status, median_figure, repeat  # noqa: E402
+from figures import (  # noqa: E402
+    deciding_figure,
+    emit,
+    exit_status,
+    median_figure,
+    repeat,
+)
 from gpu_step import layer_digested  # noqa: E402
 
 from areal_debug.recording.format import STAGES_FILE, STATS  # noqa: E402
@@ -295,12 +301,17 @@ def main(argv=None) -> int:
         "the recomputed log-probs' pass: each layer's 2 norms, attention, MLP and "
         "output, the final norm and the logits, per sequence"
     )
+    # Not a target to meet: the figure that decides debug.layer_digests' default
+    # (every step where it is cheap enough, else the pinned steps only).
     emit(
-        median_figure(
+        deciding_figure(
             f"layer_digests_vs_train_step_tiny_cpu_{SEQUENCES * SEQLEN}_tokens",
             [la / t for t, *_, la in pairs],
             "<=",
             LAYERS_TARGET,
+            "debug.layer_digests' default",
+            "true",
+            "pinned",
         )
     )
     ratio, lines = extrapolate_7b()

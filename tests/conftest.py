@@ -14,6 +14,7 @@ from support.browser import headless_browser  # noqa: E402, F401
 # The tiny assets and the run directories every process-level test runs in.
 # The recordings the process-level tests replay from, recorded once per test run.
 from support.recordings import (  # noqa: E402, F401
+    bisect_d1,
     cpu_server,
     sc_d2,
     sc_workdir,
@@ -35,7 +36,6 @@ from support.recordings import (  # noqa: E402, F401
 # shipped example (seed 1) run side by side. SPMD runs get ports from the OS.
 from support.scripts import (  # noqa: E402
     AGENT_SEED,
-    DRAWN_AHEAD_SEED,
     LOSSLESS_SEED,
     RAY_SEED,
     SCRIPTS_SEED,
@@ -100,6 +100,8 @@ FIXTURE_GROUPS = {
     "spmd_d1": "spmd-d1",
     "spmd_d2": "spmd-d2",
     "spmd_d1_replay": "spmd-d1",
+    # The two bisects replay one dump: on one worker, behind each other.
+    "bisect_d1": "bisect-d1",
 }
 
 
@@ -108,7 +110,6 @@ SCHEDULER_SEEDS = {
     1,
     SCRIPTS_SEED,
     AGENT_SEED,
-    DRAWN_AHEAD_SEED,
     LOSSLESS_SEED,
     RAY_SEED,
 }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import io
+import re
 import tokenize
 import tomllib
 from pathlib import Path
@@ -301,6 +302,45 @@ def test_every_top_level_module_is_in_an_import_layer():
     assert {p.name for p in PACKAGE.iterdir() if p.is_dir()} - top - {
         "__pycache__"
     } == DATA_DIRS
+
+
+def _import_layers() -> list[str]:
+    config = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())
+    (layers,) = [
+        c["layers"]
+        for c in config["tool"]["importlinter"]["contracts"]
+        if c.get("containers") == ["areal_debug"]
+    ]
+    return layers
+
+
+def test_docs_architecture_agrees_with_the_layer_contract():
+    """docs/architecture.md's "Layers" line is the contract's order, and its
+    picture draws every layer's module once, in that order, none beside them."""
+    layers = _import_layers()
+    doc = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    line = doc[doc.index("- **Layers**: ") : doc.index("A module may import")]
+    said = [m.strip(" `\n") for m in " ".join(line.split())[14:].split(">")]
+    assert [s.strip(" .`") for s in said] == layers
+    picture = doc[doc.index("```\n") + 4 : doc.index("  Beside the layers:")]
+    # The names an entry draws are those before its rule (──).
+    drawn = [
+        name
+        for row in picture.splitlines()
+        if "─" in row
+        for name in re.findall(r"([a-z_]+)(?:/|\.py)", row.split("─")[0])
+    ]
+    top = [m.strip() for layer in layers for m in layer.split("|")]
+    # Each top-level module once, in the contract's order (a layer's parts in
+    # any order); the subpackages drawn below their package are not top-level.
+    firsts = [m for m in drawn if m in top]
+    assert sorted(firsts) == sorted(top), (firsts, top)
+    rank = {
+        m: i for i, layer in enumerate(layers) for m in map(str.strip, layer.split("|"))
+    }
+    assert [rank[m] for m in firsts] == sorted(rank[m] for m in firsts), firsts
+    beside = doc[doc.index("  Beside the layers:") : doc.index("```\n\n")]
+    assert not any(f" {m}/" in beside or f" {m}.py" in beside for m in top), beside
 
 
 def test_the_example_scripts_import_only_the_public_api_and_the_tiny_task():

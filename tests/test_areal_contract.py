@@ -1432,6 +1432,15 @@ def _():
     assert isinstance(config, GRPOConfig) and config.total_train_steps == 7
 
 
+@check("config", "cli_args.logger holds back AReaL's config warnings (doctor)")
+def _():
+    from areal.api import cli_args
+
+    with areal_compat.held_config_warnings() as held:
+        cli_args.logger.warning("a config note")
+    assert held == ["a config note"]
+
+
 @check("config", "StatsLogger.get_log_path(config) = areal_compat.trial_log_dir")
 def _():
     import tempfile

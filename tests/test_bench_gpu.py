@@ -20,6 +20,13 @@ FIGURE = re.compile(
     r"^(?P<name>[a-z_]+\[small\]): (?P<value>\S+) \(median of 1, range .*; "
     r"target <= (?P<target>\S+)\) (?P<verdict>ok|MISS)$"
 )
+# The layer digests' cost decides debug.layer_digests' default: a decision, never a
+# MISS (either side of its line is a default).
+DECIDING = re.compile(
+    r"^(?P<name>[a-z_]+\[small\]): (?P<value>\S+) \(median of 1, range .*; "
+    r"debug.layer_digests' default is true at <= (?P<target>\S+)\) "
+    r"decides: (?P<verdict>true|pinned)$"
+)
 NAMES = (
     "gpu_stage_digests_vs_train_step[small]",
     "gpu_recorder_blocking_vs_train_step[small]",
@@ -38,7 +45,15 @@ def test_bench_gpu_prints_every_figure_on_cpu():
     )
     lines = run.stdout.splitlines()
     figures = {m["name"]: m for m in map(FIGURE.match, lines) if m}
-    assert sorted(figures) == sorted(NAMES), run.stdout + run.stderr[-3000:]
+    deciding = {m["name"]: m for m in map(DECIDING.match, lines) if m}
+    assert sorted([*figures, *deciding]) == sorted(NAMES), (
+        run.stdout + run.stderr[-3000:]
+    )
+    (layers,) = deciding.values()
+    assert layers["name"] == "gpu_layer_digests_vs_train_step[small]"
+    assert (layers["verdict"] == "true") == (
+        float(layers["value"]) <= float(layers["target"])
+    )
     # The digests' read rate against the device's own copy, in all and by stage.
     rate = [line for line in lines if line.startswith("# the stage digests read ")]
     assert len(rate) == 1 and "of the device's copy rate" in rate[0], run.stdout

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from support.harness import fake_engine_command, run_torchrun
+from support.harness import fake_engine_command
 
 from areal_debug.bisect.delta import ddmin
 
@@ -76,14 +76,6 @@ def test_settings_that_move_the_step_only_together_are_named_as_a_set():
     assert len(nothing.trials) == 2
 
 
-# The dump: two steps, a recover checkpoint kept after each, so that each trial
-# replays step 1 alone from step 0's.
-DUMP = [
-    "total_train_steps=2",
-    "debug.dump_rollout_data=true",
-    "recover.mode=on",
-    "++recover.freq_steps=1",
-]
 # A change the replay trains with: step 1's advantages move.
 MOVING = "actor.reward_scaling=3.0"
 # Settings of the rollout side, which a replay (no inference) never reads.
@@ -110,10 +102,8 @@ def _bisect(workdir, *args: str, command: tuple = ()) -> subprocess.CompletedPro
 
 
 @pytest.mark.areal
-@pytest.mark.apart
-def test_bisect_names_the_one_setting_that_moves_the_step(workdir, tmp_path):
-    dump = run_torchrun(str(workdir), "dump", 1, DUMP)
-    assert dump.returncode == 0, dump.log[-3000:]
+def test_bisect_names_the_one_setting_that_moves_the_step(bisect_d1, tmp_path):
+    workdir = bisect_d1
     logs = tmp_path / "logs"
     run = _bisect(
         workdir, "--step", "1", "--json", "--logs", str(logs),

@@ -12,8 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from support.harness import fake_engine_command, run_torchrun
-from test_bisect import DUMP
+from support.harness import fake_engine_command
 
 # What the test plants in AReaL's PPOActor._compute_advantages (the same line in
 # 1.0.4, 2.0.0 and main): the rewards scaled by 1.5 more, so step 1's advantages
@@ -82,12 +81,10 @@ def _areal_history(repo) -> dict[str, str]:
 
 
 @pytest.mark.areal
-@pytest.mark.apart
 def test_a_source_bisect_names_the_planted_revision_and_skips_one_that_does_not_import(
-    workdir, tmp_path
+    bisect_d1, tmp_path
 ):
-    dump = run_torchrun(str(workdir), "dump", 1, DUMP)
-    assert dump.returncode == 0, dump.log[-3000:]
+    workdir = bisect_d1
     repo = str(tmp_path / "areal-src")
     revs = _areal_history(repo)
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone"]

@@ -10,9 +10,10 @@ import sys
 from typing import Any
 
 import pytest
+from support import readme
 from support.harness import rpc_workers
 from support.recordings import SC_REFUSED_STEP, SC_STEPS
-from support.scripts import DRAWN_AHEAD_SEED, LOSSLESS_SEED
+from support.scripts import LOSSLESS_SEED
 from test_cli_inspect import rewrite_payload
 
 from areal_debug.inspect.common import cli_command
@@ -78,7 +79,8 @@ def test_demo_records_and_replays_bit_for_bit(tmp_path):
     """`make demo` as shipped (SPMD, one process), started from another
     directory: run_replay.sh, which the demo's replay runs, holds only absolute
     paths. Two processes are the same demo code (--nproc only sets torchrun's
-    count), run by the single-controller demo below."""
+    count), run by the single-controller demo below. Then the README's commands,
+    as printed, in the README's order; then its explanation of the step-0 gap."""
     wd = tmp_path / "demo"
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -91,7 +93,7 @@ def test_demo_records_and_replays_bit_for_bit(tmp_path):
             "--workdir",
             str(wd),
             "--steps",
-            str(STEPS),
+            str(README_STEPS),
             # Step 0's layers, for the what-if replay below.
             "debug.layer_digests=0",
         ],
@@ -103,31 +105,73 @@ def test_demo_records_and_replays_bit_for_bit(tmp_path):
     )
     out = run.stdout
     assert run.returncode == 0, out[-3000:] + run.stderr[-3000:]
-    assert_demo_output(out, STEPS, wd)
+    assert_demo_output(out, README_STEPS, wd)
     (report,) = (wd / "root" / "logs").rglob("trial0_replay/replay_report.json")
     summary = json.loads(report.read_text())["summary"]
-    assert summary["all_identical"] is True and summary["steps"] == STEPS
-    what_if_closes_the_step_0_gap(wd)
-
-
-def what_if_closes_the_step_0_gap(wd) -> None:
-    """README's and docs/mismatch.md's explanation of the demo's step-0 gap: with
-    one sequence per micro-batch (no packing, so sdpa cannot attend across
-    sequences), a replay's trainer log-probs equal the engine's to float32
-    rounding (measured 7.0-7.7e-8 mean, 4.8e-7 max), against 0.04 / 0.18 nats."""
-    replay = subprocess.run(
-        [
-            "bash",
-            str(wd / "run_replay.sh"),
-            "actor.mb_spec.max_tokens_per_mb=16",
-            "debug.replay_trial_name=unpacked",
-            "debug.replay_end_step=0",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
+    assert summary["all_identical"] is True and summary["steps"] == README_STEPS
+    # The demo's own replay, before the README's what-if replays write its trial.
+    (plain,) = (wd / "root" / "logs").rglob("trial0_replay")
+    shutil.copytree(plain, tmp_path / "trial0_replay")
+    printed = readme_commands_run_as_printed(tmp_path, wd)
+    # The README's measured gap at step 0 (its console block) is the demo's.
+    recorded_row = re.search(
+        r"^\s*0\s+186\s+0\.0425\s+0\.178\s", printed["areal-debug mismatch $REC"], re.M
     )
-    assert replay.returncode == 0, replay.stdout[-3000:] + replay.stderr[-3000:]
+    assert recorded_row, printed["areal-debug mismatch $REC"]
+    what_if_closes_the_step_0_gap(wd, tmp_path / "trial0_replay")
+
+
+# The README's demo commands name step 2: the demo here records 3 steps (make demo's
+# 4 less one, which no command names).
+README_STEPS = 3
+
+
+def readme_commands_run_as_printed(tmp_path, wd) -> dict[str, str]:
+    """Every command of the README's blocks and of "Looking inside a recording"
+    (tests/support/readme.py), in one shell, from a directory where the demo is at
+    ``areal-debug-demo`` and the venv at ``.venv`` as ``make demo`` leaves them.
+    Fails naming the first command that exits non-zero; returns each one's output
+    (a command run twice: the last)."""
+    here = tmp_path / "checkout"
+    here.mkdir()
+    (here / "areal-debug-demo").symlink_to(wd)
+    (here / ".venv").symlink_to(sys.prefix)
+    ran = [c for c in readme.commands(readme.README.read_text()) if readme.runnable(c)]
+    assert ran[0].startswith("bash areal-debug-demo/run_replay.sh"), ran
+    # Each command's exit status after its output: 0, or 3 where `diff` found a
+    # difference (its documented status): the README's what-if replays write the
+    # demo's replay trial again, and $RUN is then the last of them.
+    script = "".join(f'{c}\necho "@@@ {i} $?"\n' for i, c in enumerate(ran))
+    # A shell as a user's: no venv active, areal-debug not on PATH.
+    path = os.pathsep.join(
+        p for p in os.environ["PATH"].split(os.pathsep)
+        if not p.startswith(sys.prefix)
+    )  # fmt: skip
+    env = {**os.environ, "PATH": path, "OMP_NUM_THREADS": "1"}
+    env.pop("VIRTUAL_ENV", None)
+    done = subprocess.run(
+        ["bash", "-c", script], cwd=here, capture_output=True, text=True,
+        timeout=1200, env=env,
+    )  # fmt: skip
+    parts = re.split(r"^@@@ (\d+) (\d+)\n", "\n" + done.stdout, flags=re.M)
+    outputs = dict(zip(map(int, parts[1::3]), parts[::3]))
+    statuses = dict(zip(map(int, parts[1::3]), map(int, parts[2::3])))
+    assert sorted(statuses) == list(range(len(ran))), done.stderr[-3000:]
+    for i, c in enumerate(ran):
+        allowed = (0, 3) if c.startswith("areal-debug diff") else (0,)
+        assert statuses[i] in allowed, (
+            f"README command {c!r} exited {statuses[i]}:\n{outputs[i][-2000:]}\n"
+            f"{done.stderr[-3000:]}"
+        )
+    return {c.split("  #")[0].strip(): outputs[i] for i, c in enumerate(ran)}
+
+
+def what_if_closes_the_step_0_gap(wd, plain) -> None:
+    """README's and docs/mismatch.md's explanation of the demo's step-0 gap, on
+    the README's own what-if replay above: with one sequence per micro-batch (no
+    packing, so sdpa cannot attend across sequences), a replay's trainer
+    log-probs equal the engine's to float32 rounding (measured 7.0-7.7e-8 mean,
+    4.8e-7 max), against 0.04 / 0.18 nats."""
     rec = wd / "root" / "tinydemo" / "trial0" / "areal_debug_recording"
     (run_dir,) = (wd / "root" / "logs").rglob("unpacked")
     rc, (step0,) = cli_json("mismatch", rec, run_dir, "--steps", "0")
@@ -149,7 +193,6 @@ def what_if_closes_the_step_0_gap(wd) -> None:
     assert "logp (first at model.layers.0.self_attn, group " in report["headline"]
     # Two replays compared by their own digests (a change bisected by layer
     # without re-recording): the demo's replay and the what-if part there.
-    (plain,) = (wd / "root" / "logs").rglob("trial0_replay")
     rc, two = cli_json("diff", plain, run_dir)
     assert rc == 3
     stages = two["stages"]
@@ -294,20 +337,17 @@ def interrupted_demo(wd, sc: bool, *overrides: str) -> subprocess.CompletedProce
     return run
 
 
-@pytest.mark.parametrize(
-    "sc",
-    [
-        pytest.param(False, marks=pytest.mark.apart),
-        pytest.param(True, marks=pytest.mark.scheduler(seed=DRAWN_AHEAD_SEED)),
-    ],
-    ids=["spmd", "single-controller"],
-)
-def test_a_resume_skips_the_batch_areal_drew_ahead(tmp_path, sc):
+@pytest.mark.apart
+def test_a_resume_skips_the_batch_areal_drew_ahead(tmp_path):
     """AReaL's dispatcher drew step 1's batch during step 0, before step 0's
     recover checkpoint stored the dataloader's position: the resumed run starts
-    after it and never trains it. The demo and `areal-debug resume` say so."""
+    after it and never trains it. The demo and `areal-debug resume` say so.
+
+    SPMD only: what counts the inputs drawn (areal_compat/draws.py) and the resume
+    check are the same code in both modes; the single-controller dispatcher is
+    watched, and its draws counted, by the lossless test below in that mode."""
     wd = tmp_path / "demo"
-    run = interrupted_demo(wd, sc, *([f"seed={DRAWN_AHEAD_SEED}"] if sc else []))
+    run = interrupted_demo(wd, False)
     out = run.stdout
     assert run.returncode == 1, out[-3000:] + run.stderr[-3000:]
     assert (

@@ -698,6 +698,13 @@ def _no_process(monkeypatch):
             "debug.dump_rollout_data=true and debug.replay_rollout_data=true",
         ),
         (
+            # A typo in AReaL's own keys: the closest key, not hydra's "+KEY"
+            # (add it), which for a typo is the wrong fix (issue 69, point 3).
+            ["debug.replay_rollout_data=true", "actor.optimizr.lr=1e-5"],
+            "'actor.optimizr.lr=1e-5': actor has no key 'optimizr'; did you mean "
+            "actor.optimizer.lr?",
+        ),
+        (
             ["debug.replay_rollout_data=true", "debug.path=/no/such/recording"],
             "No recording to replay at debug.path=/no/such/recording: it does not "
             "exist",
@@ -750,6 +757,15 @@ def test_load_expr_config_says_a_debug_mistake_in_one_line(capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "cannot be combined" in err and "Traceback" not in err
+    with pytest.raises(SystemExit) as e:
+        load_expr_config(["--config", FAKE_CONFIG, "total_train_step=2"])
+    assert e.value.code == 2 and e.value.__cause__ is None
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        "areal-debug: 'total_train_step=2': the config has no key "
+        "'total_train_step'; did you mean total_train_steps or total_train_n_seqs "
+        "or total_train_epochs?"
+    )
 
 
 @pytest.mark.each_areal

@@ -125,20 +125,16 @@ def _sc_replay(sc_d2, trial: str, *overrides: str) -> dict:
 
 
 @pytest.mark.scheduler
-def test_single_controller_names_a_nudged_layer_and_the_first_norm(sc_d2, tmp_path):
-    """The model copies of the SPMD tests above, replayed in single-controller
-    mode on two workers: the same modules named."""
+def test_single_controller_names_a_nudged_layer(sc_d2, tmp_path):
+    """The nudged model copy of the SPMD test above, replayed in single-controller
+    mode on two workers: the same module named. (Which module a change names is
+    the comparison's, tested once in SPMD mode for a changed norm; what this mode
+    adds is the digests taken in the RPC workers and brought to the controller.)"""
     nudged = _model_copy(sc_d2.workdir, tmp_path / "nudged")
     _nudged(nudged, "model.layers.1.mlp.down_proj.weight")
     report = _sc_replay(sc_d2, "nudged", f"actor.path={nudged}")
     assert report["model"]["where"].endswith("layers.1.mlp.down_proj.weight")
     assert _step0_logp(report)["layers"]["module"] == "model.layers.1.mlp"
-    eps = _model_copy(sc_d2.workdir, tmp_path / "eps")
-    _with_rms_norm_eps(eps, 1e-2)
-    report = _sc_replay(sc_d2, "eps", f"actor.path={eps}")
-    assert report["model"]["status"] == "identical"
-    layers = _step0_logp(report)["layers"]
-    assert layers["module"] == "model.layers.0.input_layernorm"
 
 
 @pytest.mark.scheduler

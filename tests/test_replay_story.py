@@ -215,3 +215,80 @@ def test_every_command_reads_a_report_through_the_one_type(tmp_path, capsys):
         err = capsys.readouterr().err
         assert "is a replay report this areal-debug cannot read" in err, (argv, err)
         assert "'topology'" in err
+
+
+def test_another_areal_builds_settings_and_statistics_are_not_called_changes():
+    """Measured on the demo recorded under AReaL main and replayed under 1.0.4
+    (docs/upgrades.md): every stage and every statistic both log bit for bit, but
+    main's config has keys 1.0.4's lacks and main logs statistics 1.0.4 does not.
+    Those are one side's, not a change of the user's, and not a difference."""
+    recorded = {**RECORDED, "actor": {**RECORDED["actor"], "logprobs_chunk_size": 1024}}
+    changes = training_changes(recorded, replayed())
+    assert [(c.key, c.one_sided) for c in changes] == [
+        ("actor.logprobs_chunk_size", True)
+    ]
+    story = story_start(changes)
+    assert "you changed" not in story
+    assert (
+        "1 setting(s) only one side's AReaL (or config class) has: "
+        "actor.logprobs_chunk_size 1024 in the recording." in story
+    )
+    # Beside a change of the user's, each is named for what it is.
+    both = story_start(training_changes(recorded, replayed(lr=1e-5)))
+    assert both.startswith(
+        "Replay: you changed 1 training setting(s) from the recording: "
+        "actor.optimizer.lr 0.001 -> 1e-05."
+    )
+    steps = []
+    for step in (0, 1):
+        shared = {"areal_debug/x": {"status": "identical"}}
+        shared["ppo_actor/update/n_masked_tokens"] = {"status": "not_replayed"}
+        shared["ppo_actor/update/only_here"] = {"status": "not_recorded"}
+        # An areal-debug statistic an older recording lacks is not one side's.
+        shared["areal_debug/new"] = {"status": "not_recorded"}
+        steps.append(StepComparison(step, "incomplete", shared))
+    r = report([])
+    r.steps = steps
+    r.config_changes = [c.to_json() for c in changes]
+    r.areal_change = "AReaL 1.0.4 is installed, the recording was made with AReaL main"
+    assert r.headline() == (
+        "identical to the recording at every step (2) in what was compared; "
+        "AReaL 1.0.4 is installed, the recording was made with AReaL main; "
+        "settings only one side has: actor.logprobs_chunk_size; "
+        "statistics only the recording has: ppo_actor/update/n_masked_tokens; "
+        "statistics only the replay logs: ppo_actor/update/only_here"
+    )
+    # A statistic both have that moved within the tolerance is still said.
+    steps[1].metrics["areal_debug/x"] = {"status": "within_tolerance"}
+    assert r.headline().startswith("within tolerance at every step (1 of 2 bitwise)")
+
+
+def test_a_logp_divergence_without_layer_digests_says_how_to_go_one_level_down():
+    """Issue 69, point 2: the demo replayed with one sequence per micro-batch leaves
+    the recording at step 0's log-probs, but its recording has no layer digests of
+    step 0: the story gives the exact second replay and diff that name the layer."""
+    from areal_debug.compare.replay import one_level_down
+
+    r = report(["diverged"], [], {"stage": "logp", "where": "trajectory 1"})
+    path = "/root/logs/u/tinydemo/unpacked/replay_report.json"
+    hint = one_level_down(r, path)
+    assert hint == (
+        "no layer digests of step 0 in the recording: to find the layer where the "
+        "log-probs start to differ, replay it as recorded (without your changes) "
+        "with debug.layer_digests=0 debug.replay_trial_name=unpacked_as_recorded, "
+        "this one again with debug.layer_digests=0, then `areal-debug diff "
+        "/root/logs/u/tinydemo/unpacked_as_recorded /root/logs/u/tinydemo/unpacked`"
+    )
+    # This replay digested its layers; the recording did not: only the other run.
+    r.steps[0].stages["logp"]["layers"] = {
+        "status": "not_compared",
+        "reason": "the recording has no layer digests of this step",
+    }
+    assert ", this one again" not in one_level_down(r, path)
+    # Where the layers are compared, the report names the layer itself.
+    r.steps[0].stages["logp"]["layers"] = {"status": "differs", "where": "x"}
+    r.steps[0].stages["logp"]["below"] = "model.layers.0.self_attn"
+    assert one_level_down(r, path) is None
+    # A divergence at another stage has nothing below the log-probs to find.
+    other = report(["diverged"], [], {"stage": "weights", "where": "lm_head"})
+    assert one_level_down(other, path) is None

@@ -167,6 +167,7 @@ SUBJECTS: dict[str, tuple[str, ...]] = {
     ),
     "config": (
         "compose_config",
+        "held_config_warnings",
         "TRAIN_BACKENDS",
         "allocation_spans",
         "allocation_backend",

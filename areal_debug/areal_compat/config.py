@@ -6,6 +6,7 @@ areal/api/alloc_mode.py, areal/utils/stats_logger.py).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import warnings
@@ -27,6 +28,32 @@ def compose_config(args: list[str], config_cls):
 
     cfg, _ = parse_cli_args(args)
     return OmegaConf.to_object(to_structured_cfg(cfg, config_cls=config_cls))
+
+
+@contextlib.contextmanager
+def held_config_warnings():
+    """AReaL's own warnings while a config composes (api/cli_args.py's module
+    ``logger``, "CLIArgs", :37 in 1.0.4, 2.0.0 and main: e.g. the six-line
+    ``use_decoupled_loss`` note), held back from a command's output: yields the
+    list their messages go to, for the command to say in its own words."""
+    import logging
+
+    from areal.api import cli_args
+
+    held: list[str] = []
+
+    class Hold(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            if record.levelno >= logging.WARNING:
+                held.append(record.getMessage())
+            return False
+
+    hold = Hold()
+    cli_args.logger.addFilter(hold)
+    try:
+        yield held
+    finally:
+        cli_args.logger.removeFilter(hold)
 
 
 # -- allocation strings ------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 import shlex
 import subprocess
 import sys
+import warnings
 
 from areal_debug.logs import get_logger
 
@@ -141,7 +142,21 @@ def run_launcher_main(kind: str, config, argv: list[str], launcher_cls=None):
     if launcher_cls is not None:
         setattr(module, attr, launcher_cls)
     try:
-        return getattr(module, f"{kind}_main")(config, run_id=0)
+        with warnings.catch_warnings():
+            # Every <kind>_main warns that SPMD launchers use a deprecated parser
+            # and refuse bare dimension strings (local.py:274 in 1.0.4): areal-debug
+            # has given every part its backend (allocation.py); said once, ours.
+            warnings.filterwarnings(
+                "ignore",
+                message="SPMD launchers use the deprecated",
+                category=FutureWarning,
+            )
+            logger.info(
+                "AReaL's SPMD launchers are deprecated upstream in favour of "
+                "single-controller mode (scheduler.type=local); this run's allocation "
+                "names every backend, as they require."
+            )
+            return getattr(module, f"{kind}_main")(config, run_id=0)
     finally:
         sys.argv = saved_argv
         setattr(module, attr, original)

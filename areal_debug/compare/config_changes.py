@@ -102,6 +102,12 @@ class ConfigChange:
         return _under(self.key, LAYOUT_KEYS)
 
     @property
+    def one_sided(self) -> bool:
+        """A key only one side's config has: another AReaL build's (or config
+        class's) setting, not a value anyone changed."""
+        return ABSENT in (self.recorded, self.current)
+
+    @property
     def rollout_side(self) -> bool:
         return _under(self.key, ROLLOUT_SIDE_KEYS)
 
@@ -149,15 +155,34 @@ def _under(key: str, roots: tuple[str, ...]) -> bool:
 
 def story_start(changes: list[ConfigChange]) -> str:
     """The replay's first line: what was changed from the recording."""
+    only = [c for c in changes if c.one_sided]
+    changes = [c for c in changes if not c.one_sided]
+    # A key one config lacks is another AReaL build's setting (or a config class's):
+    # named as such, each with the side that has it, never as a change of the user's.
+    one_side = (
+        (
+            f" {len(only)} setting(s) only one side's AReaL (or config class) has: "
+            + "; ".join(
+                f"{c.key} {c.recorded!r} in the recording"
+                if c.current == ABSENT
+                else f"{c.key} {c.current!r} in this run"
+                for c in only
+            )
+            + "."
+        )
+        if only
+        else ""
+    )
     if not changes:
         return (
             "Replay: the training settings are the recording's (a difference found "
-            "below comes from code, versions or hardware, not the config)."
+            "below comes from code, versions or hardware, not the config)." + one_side
         )
     text = (
         f"Replay: you changed {len(changes)} training setting(s) from the recording: "
         + "; ".join(c.short() for c in changes)
         + ". The replay leaves the recording where they first take effect."
+        + one_side
     )
     idle = [c.key for c in changes if c.rollout_side]
     if idle:

@@ -221,7 +221,11 @@ class ReplayComparison:
         )
         if self.fail_on_divergence:
             _stop(msg + ".")
-        logger.warning(msg)
+        # A what-if replay diverges because the user asked it to: said, not warned.
+        (logger.info if self.report.config_changes else logger.warning)(msg)
+
+    def one_level_down(self) -> str | None:
+        return one_level_down(self.report, self.report_path)
 
     def summary_lines(self) -> list[str]:
         return self.stats.summary_lines()
@@ -239,3 +243,31 @@ def _recorded_replayed(first: dict[str, Any]) -> str:
     if "recorded" in first and "replayed" in first:
         return f", recorded {first['recorded']!r}, replayed {first['replayed']!r}"
     return ""
+
+
+def one_level_down(report, report_path: str) -> str | None:
+    """Where ``report``'s first divergence is the log-probs and no layer tells where
+    in the model it starts because the recording (or this replay) has no layer
+    digests of that step: the exact way one level down (issue 59's recipe, two
+    replays and their diff); None otherwise."""
+    first = report.first_stage_divergence()
+    if not first or first.get("stage") != "logp" or first.get("below"):
+        return None
+    layers = first.get("layers") or {}
+    step = first["step"]
+    if layers.get("status") not in (None, Verdict.NOT_COMPARED):
+        return None
+    this_run = os.path.dirname(report_path)
+    other = f"{os.path.basename(this_run)}_as_recorded"
+    also = (
+        ""
+        if layers.get("reason", "").startswith("the recording has")
+        else f", this one again with debug.layer_digests={step}"
+    )
+    return (
+        f"no layer digests of step {step} in the recording: to find the layer "
+        f"where the log-probs start to differ, replay it as recorded (without your "
+        f"changes) with debug.layer_digests={step} "
+        f"debug.replay_trial_name={other}{also}, then `areal-debug diff "
+        f"{os.path.join(os.path.dirname(this_run), other)} {this_run}`"
+    )

@@ -8,9 +8,28 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from areal_debug.compare.config_changes import ABSENT
 from areal_debug.recording.format import REPLAY_REPORT_NAME, RecordingError
 from areal_debug.stages import train_infer
 from areal_debug.stages.names import Verdict, step_order
+
+# Statistics areal-debug itself adds to a step (stages/mismatch.py): a recording
+# made before a version measured them lacks them, which leaves its steps complete.
+OWN_PREFIX = "areal_debug/"
+# How many names a headline lists before "and N more".
+LISTED = 4
+
+
+def _names(names: list[str]) -> str:
+    shown = ", ".join(names[:LISTED])
+    return shown + (f" and {len(names) - LISTED} more" if len(names) > LISTED else "")
+
+
+def one_sided(change: dict[str, Any]) -> bool:
+    """A setting only one side's config has (``ConfigChange.to_json``): another
+    AReaL build's key, or a config class's, not a value the user changed."""
+    return ABSENT in (change.get("recorded"), change.get("replay"))
+
 
 REPORT_NAME = REPLAY_REPORT_NAME
 # Where a replay also writes its report, when set (areal-debug bisect's channel).
@@ -80,6 +99,12 @@ class StepComparison:
             stages=dict(data.get("stages", {})),
         )
 
+    def within_tolerance(self) -> bool:
+        """Whether a metric both sides have differs, within the tolerance."""
+        return any(
+            m.get("status") == Verdict.WITHIN_TOLERANCE for m in self.metrics.values()
+        )
+
     def first_stage(self) -> dict[str, Any] | None:
         """The earliest stage that differs, and where (the update mini-batch by
         mini-batch, ``step_order``); the committed statistics (``stats``) when no
@@ -147,13 +172,15 @@ class ReplayReport:
         if not steps:
             text = "no step compared"
         elif not diverged:
-            same = sum(e.status == Verdict.IDENTICAL for e in steps)
+            # A step is bitwise where every metric both sides have is: a statistic
+            # only one side logs (another AReaL build's) is not compared, not moved.
+            same = sum(not e.within_tolerance() for e in steps)
             text = (
                 f"identical to the recording at every step ({len(steps)})"
                 if same == len(steps)
                 else f"within tolerance at every step ({same} of {len(steps)} bitwise)"
             )
-            if self.not_compared:
+            if self.not_compared or self.one_sided_metrics() != ([], []):
                 text += " in what was compared"
         else:
             staged, first = self.first_stage_divergence(), self.first_divergence()
@@ -181,13 +208,37 @@ class ReplayReport:
                 if staged.get("stage") == "model" or not steps
                 else f"{not_recorded}; {text}"
             )
-        if self.config_changes:
-            text += "; you changed " + ", ".join(c["key"] for c in self.config_changes)
+        changed = [c["key"] for c in self.config_changes or () if not one_sided(c)]
+        if changed:
+            text += "; you changed " + ", ".join(changed)
         if self.areal_change:
             text += f"; {self.areal_change}"
+        only = [c["key"] for c in self.config_changes or () if one_sided(c)]
+        if only:
+            text += "; settings only one side has: " + ", ".join(only)
+        only_recorded, only_replayed = self.one_sided_metrics()
+        if only_recorded:
+            text += f"; statistics only the recording has: {_names(only_recorded)}"
+        if only_replayed:
+            text += f"; statistics only the replay logs: {_names(only_replayed)}"
         if self.not_compared:
             text += "; NOT compared: " + "; ".join(self.not_compared)
         return text
+
+    def one_sided_metrics(self) -> tuple[list[str], list[str]]:
+        """The statistics only the recording has (``NOT_REPLAYED``) and only the
+        replay logged (``NOT_RECORDED``, areal-debug's own left out: an older
+        recording lacks them), over every step."""
+        recorded, replayed = set(), set()
+        for entry in self.steps:
+            for name, m in entry.metrics.items():
+                if m.get("status") == Verdict.NOT_REPLAYED:
+                    recorded.add(name)
+                elif m.get("status") == Verdict.NOT_RECORDED and not (
+                    name.startswith(OWN_PREFIX)
+                ):
+                    replayed.add(name)
+        return sorted(recorded), sorted(replayed)
 
     def first_divergence(self) -> dict[str, Any] | None:
         """The step and metric (largest relative difference) that diverged first."""

@@ -9,7 +9,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from areal_debug.compare.report import ReplayReport, StepComparison, TopologyChange
+from areal_debug.compare.report import (
+    OWN_PREFIX,
+    ReplayReport,
+    StepComparison,
+    TopologyChange,
+)
 from areal_debug.compare.stages import describe, first_divergent_stage
 from areal_debug.stages.names import Verdict
 
@@ -86,11 +91,6 @@ def _compare_metrics(
         else:
             metrics[name] = compare_values(recorded[name], replayed[name], rtol, atol)
     return metrics
-
-
-# Statistics areal-debug itself adds to a step (stages/mismatch.py): a recording
-# made before a version measured them lacks them, which leaves its steps complete.
-OWN_PREFIX = "areal_debug/"
 
 
 def _step_status(metrics: dict[str, dict]) -> str:

@@ -50,7 +50,13 @@ class LaunchPlan:
 def parse_config(argv: list[str]) -> tuple[DictConfig, list[str]]:
     """Compose the YAML with the overrides, as AReaL's launcher does (raw config),
     accepting ``debug.*`` overrides the YAML lacks; returns the argv that composed."""
-    return compose_with_debug_overrides(areal_compat.parse_launcher_cli_args, argv)
+    from areal.api.cli_args import GRPOConfig
+
+    # A key the YAML and AReaL's config both lack is named with the closest ones
+    # (the script's own config class may add keys: those the YAML declares compose).
+    return compose_with_debug_overrides(
+        areal_compat.parse_launcher_cli_args, argv, GRPOConfig
+    )
 
 
 def _select(cfg: DictConfig, key: str, default=None):

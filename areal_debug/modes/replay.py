@@ -313,8 +313,11 @@ class ReplayMode(ActiveMode):
             beside = self.comparison.report.train_infer()
             if beside is not None:
                 logger.info(f"Replay: {beside}")
-            logger.info(f"Replay story: {self.comparison.report.headline()}")
             self.reference.log_summary(self.comparison.reference_forwards())
+            story = self.comparison.report.headline()
+            down = self.comparison.one_level_down()
+            # The story last: what a user reads first when the run ends.
+            logger.info(f"Replay story: {story}" + (f"; {down}" if down else ""))
 
     def close_recording(self) -> None:
         loader = self._loader()

@@ -38,12 +38,14 @@ def run(args: argparse.Namespace) -> int:
     # AReaL's loggers take the stdout they find when AReaL is first imported:
     # stderr, so that stdout holds only the result.
     with logs_to_stderr():
+        from areal_debug import areal_compat
         from areal_debug.config import recorded_trial_of
         from areal_debug.inspect.preflight import doctor
         from areal_debug.tooling.selfcheck import SelfcheckError, run_selfcheck
 
         run_cmd, env = doctor.script_command(command)
-        with doctor.environment(env):
+        # AReaL's notes on the config: each replay's log has them, not our output.
+        with doctor.environment(env), areal_compat.held_config_warnings():
             config = doctor.load_command_config(run_cmd)
     if not config.debug.replay_rollout_data:
         raise InspectError(

@@ -14,7 +14,7 @@
 #
 # It installs the wheels `make gpu-check-prepare` put in .whl/ (AReaL 1.0.4 and what
 # the device's image lacks) into /tmp/site, puts /tmp/site, the import-only
-# stand-ins (benchmarks/gpu_check/standins: ray, wandb, swanlab, trackio) and the
+# stand-ins (benchmarks/gpu_check/standins.py: ray, wandb, swanlab, trackio) and the
 # checkout on PYTHONPATH, prints the machine and the versions, then runs, each under
 # its own time limit and whatever the one before did:
 #
@@ -68,11 +68,17 @@ WHEELS=${GPU_CHECK_WHEELS:-.whl}
 SITE=${GPU_CHECK_SITE:-/tmp/site}
 WORK=${GPU_CHECK_WORK:-/tmp/gpu-check}
 STEPS=${GPU_CHECK_STEPS:-demo selfcheck gpu_step}
-STANDINS=$ROOT/benchmarks/gpu_check/standins
+STANDINS=$WORK/standins
 T0=$(date +%s)
 
 rm -rf "$WORK"
 mkdir -p "$WORK/bin"
+# The stand-ins are written here, not kept in the repository under the real
+# libraries' names (benchmarks/gpu_check/standins.py).
+"$PYTHON" "$ROOT/benchmarks/gpu_check/standins.py" "$STANDINS" || {
+    echo "[gpu-check] could not write the stand-ins into $STANDINS"
+    exit 1
+}
 LOGS=${OUT:-$WORK/logs}
 mkdir -p "$LOGS"
 export PYTHONUNBUFFERED=1

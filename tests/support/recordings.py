@@ -15,7 +15,9 @@
   checkpoints; the server reports a quarter of step 1's sampled log-probs 4 nats
   low (``SC_SPIKE``), which a user threshold pins, and refuses every request for
   one prompt of step ``SC_REFUSED_STEP`` (its rollouts fail in a rollout worker,
-  which pins the step).
+  which pins the step);
+- ``bisect_d1``: SPMD, one process, the fake engine, 2 steps with a recover
+  checkpoint after each: the bisects' trials replay step 1 alone.
 
 A test never writes into a recording: replays run under their own trial names.
 """
@@ -211,3 +213,24 @@ def spmd_d1_replay(spmd_d1) -> Run:
             "debug.replay_rollout_data=true",
         ],
     )
+
+
+# The bisect tests' dump (tests/test_bisect.py, tests/test_bisect_source.py): two
+# steps, a recover checkpoint kept after each, so that each trial replays step 1
+# alone from step 0's.
+BISECT_DUMP = (
+    "total_train_steps=2",
+    "debug.dump_rollout_data=true",
+    "recover.mode=on",
+    "++recover.freq_steps=1",
+)
+
+
+@pytest.fixture(scope="session")
+def bisect_d1(tmp_path_factory, tiny_assets) -> Path:
+    """The work directory of ``BISECT_DUMP`` at one process (the fake engine):
+    the settings bisect and the source bisect each replay step 1 from it."""
+    d = _workdir(tmp_path_factory, tiny_assets, "bisect_d1")
+    run = run_torchrun(str(d), "dump", 1, list(BISECT_DUMP))
+    assert run.returncode == 0, run.log[-3000:]
+    return d

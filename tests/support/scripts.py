@@ -74,10 +74,9 @@ SCRIPTS_SEED = 2
 # their own: they take as long as the example scripts', and behind them on one
 # worker the two were the suite's longest chain.
 AGENT_SEED = 4
-# The single-controller interrupted demos (tests/test_demo.py) start AReaL's
-# scheduler too: each with a seed of its own runs beside the suite's other
-# scheduler runs, not behind them on one worker (three minutes each).
-DRAWN_AHEAD_SEED = 5
+# The single-controller interrupted demo (tests/test_demo.py) starts AReaL's
+# scheduler too: with a seed of its own it runs beside the suite's other
+# scheduler runs, not behind them on one worker (three minutes).
 LOSSLESS_SEED = 6
 # The Ray scheduler's runs (tests/test_ray_scheduler.py): beside the seed-1 group,
 # which records the suite's single-controller demo, not behind it.

@@ -158,7 +158,7 @@ def load_command_config(command: list[str]):
         return compose_config(args, cls)
 
     try:
-        config, _ = compose_with_debug_overrides(compose, argv)
+        config, _ = compose_with_debug_overrides(compose, argv, cls)
     except (AssertionError, ValueError, TypeError, KeyError) as e:
         raise InspectError(f"Cannot load the command's config: {e}") from e
     except Exception as e:  # noqa: BLE001 - hydra/omegaconf errors have many types
@@ -590,11 +590,20 @@ def doctor(path: str, command: list[str]) -> DoctorReport:
     """Every finding about running ``command`` against the recording at ``path``."""
     reader = RecordingReader(path)
     run, env = script_command(command)
-    with environment(env):
+    with environment(env), areal_compat.held_config_warnings() as areal_said:
         config = load_command_config(run)
     debug = config.debug
     kind = "replay" if debug.replay_rollout_data else "resume"
-    findings: list[Finding] = []
+    # AReaL's own notes on the config, in doctor's table instead of above it.
+    findings: list[Finding] = [
+        Finding(
+            INFO,
+            f"AReaL's config check: {said.splitlines()[0]}",
+            "AReaL's own warning when it loads this config (the run logs it whole)",
+            "nothing for areal-debug; read AReaL's note if the setting is new to you",
+        )
+        for said in areal_said
+    ]
     if not debug.replay_rollout_data and not debug.dump_rollout_data:
         findings.append(
             Finding(

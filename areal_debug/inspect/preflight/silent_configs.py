@@ -45,14 +45,32 @@ def _train_backend(config: dict[str, Any]) -> str:
     return f"{config.get('allocation_mode') or ''} {actor.get('backend') or ''}"
 
 
-def shortest_recorded_sequence(reader: RecordingReader) -> int | None:
-    """The shortest trajectory (tokens) over the recorded steps' statistics."""
+def _recorded_lengths(reader: RecordingReader, stat: str) -> list[int]:
     lengths = []
     for step in reader.available_steps():
         stats = reader.recorded_stats(step) or {}
-        if "ppo_actor/seq_len/min" in stats:
-            lengths.append(int(stats["ppo_actor/seq_len/min"]))
+        if stat in stats:
+            lengths.append(int(stats[stat]))
+    return lengths
+
+
+def shortest_recorded_sequence(reader: RecordingReader) -> int | None:
+    """The shortest trajectory (tokens) over the recorded steps' statistics."""
+    lengths = _recorded_lengths(reader, "ppo_actor/seq_len/min")
     return min(lengths) if lengths else None
+
+
+def one_sequence_budget(reader: RecordingReader) -> int | None:
+    """A ``max_tokens_per_mb`` that holds one sequence per micro-batch: the
+    longest recorded sequence (what the README says), where two of the shortest
+    do not fit in it; else just under twice the shortest."""
+    shortest = shortest_recorded_sequence(reader)
+    if shortest is None:
+        return None
+    longest = _recorded_lengths(reader, "ppo_actor/seq_len/max")
+    if longest and max(longest) < 2 * shortest:
+        return max(longest)
+    return 2 * shortest - 1
 
 
 def _packs(mb_spec: dict[str, Any], shortest: int | None) -> bool:
@@ -72,9 +90,8 @@ def _packed_attention(reader: RecordingReader, config: dict) -> list[Finding]:
     shortest = shortest_recorded_sequence(reader)
     if not _packs(mb_spec, shortest):
         return []
-    one_per_mb = (
-        f"actor.mb_spec.max_tokens_per_mb={2 * shortest - 1}" if shortest else None
-    )
+    budget = one_sequence_budget(reader)
+    one_per_mb = f"actor.mb_spec.max_tokens_per_mb={budget}" if budget else None
     return [
         Finding(
             WARNING,
