@@ -22,7 +22,7 @@ import pytest
 from support.harness import recording_dir, replay_report, run_torchrun
 
 from areal_debug.compare.statistics import OWN_PREFIX
-from areal_debug.inspect.reproducer.extract import BATCH_PREFIXES
+from areal_debug.inspect.reproducer.recording_copy import BATCH_PREFIXES
 from areal_debug.recording.format import FORMAT_VERSION
 from areal_debug.recording.reader import RecordingReader
 

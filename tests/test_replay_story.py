@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from areal_debug.compare.config_changes import story_start, training_changes
 from areal_debug.compare.report import ReplayReport, StepComparison, TopologyChange
-from areal_debug.inspect import render
+from areal_debug.inspect import render_diff
 from areal_debug.inspect.diff import Source, diff_runs
 
 RECORDED = {
@@ -153,7 +153,7 @@ def test_diff_of_a_replay_report_tells_the_story():
     from rich.console import Console
 
     console = Console(width=200, record=True)
-    console.print(render.run_diff(d, False, None))
+    console.print(render_diff.run_diff(d, False, None))
     assert "Replay story: identical to the recording at every step (2)" in (
         console.export_text()
     )

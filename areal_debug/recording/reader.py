@@ -108,41 +108,47 @@ def not_a_recording(path: str) -> str:
     )
 
 
+def read_manifest(path: str) -> Manifest:
+    """The recording's manifest, refused with why and what to do where ``path``
+    is not a recording, or one of a format version this areal-debug cannot read."""
+    if not os.path.isdir(path):
+        raise RecordingError(
+            f"No recording at {path}: the directory does not exist. Give the "
+            "directory a dump run wrote (it holds manifest.json; `areal-debug ls "
+            "FILEROOT` lists them). A replay derives it from the recorded run's "
+            "cluster.fileroot, experiment_name and trial_name unless debug.path "
+            "names it."
+        )
+    manifest_path = inside(path, os.path.join(path, MANIFEST))
+    if not os.path.exists(manifest_path):
+        raise RecordingError(not_a_recording(path))
+    raw = _read_json(manifest_path, "manifest")
+    version = raw.get("format_version") if isinstance(raw, dict) else None
+    if version not in SUPPORTED_FORMAT_VERSIONS:
+        written_by = (
+            raw.get("areal_debug_version", "?") if isinstance(raw, dict) else "?"
+        )
+        raise RecordingError(
+            f"{manifest_path} has format_version={version!r}, but this areal-debug "
+            f"reads format versions {list(SUPPORTED_FORMAT_VERSIONS)}. It was "
+            f"written by areal-debug {written_by}; "
+            "install that version (or a newer one that reads it) to replay it."
+        )
+    try:
+        return Manifest.from_json(raw)
+    except ValueError as e:
+        raise RecordingError(
+            f"{manifest_path} is not a valid manifest: {e}. The file was edited "
+            "or damaged; restore it from a copy or re-record."
+        ) from e
+
+
 class RecordingReader:
     """A validated recording directory."""
 
     def __init__(self, path: str):
         self.path = path
-        if not os.path.isdir(path):
-            raise RecordingError(
-                f"No recording at {path}: the directory does not exist. Give the "
-                "directory a dump run wrote (it holds manifest.json; `areal-debug ls "
-                "FILEROOT` lists them). A replay derives it from the recorded run's "
-                "cluster.fileroot, experiment_name and trial_name unless debug.path "
-                "names it."
-            )
-        manifest_path = inside(path, os.path.join(path, MANIFEST))
-        if not os.path.exists(manifest_path):
-            raise RecordingError(not_a_recording(path))
-        raw = _read_json(manifest_path, "manifest")
-        version = raw.get("format_version") if isinstance(raw, dict) else None
-        if version not in SUPPORTED_FORMAT_VERSIONS:
-            written_by = (
-                raw.get("areal_debug_version", "?") if isinstance(raw, dict) else "?"
-            )
-            raise RecordingError(
-                f"{manifest_path} has format_version={version!r}, but this areal-debug "
-                f"reads format versions {list(SUPPORTED_FORMAT_VERSIONS)}. It was "
-                f"written by areal-debug {written_by}; "
-                "install that version (or a newer one that reads it) to replay it."
-            )
-        try:
-            self.manifest = Manifest.from_json(raw)
-        except ValueError as e:
-            raise RecordingError(
-                f"{manifest_path} is not a valid manifest: {e}. The file was edited "
-                "or damaged; restore it from a copy or re-record."
-            ) from e
+        self.manifest = read_manifest(path)
         self.num_shards = self.manifest.layout.num_shards
         self.steps_per_epoch = self.manifest.layout.steps_per_epoch
         self._step_meta: dict[int, StepMeta] = {}

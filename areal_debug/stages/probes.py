@@ -171,7 +171,7 @@ class StageProbes:
                 self._digest(stage, lambda: self.log.add_many(stage, items))
                 if stage in self.keep:
                     data = args[0] if args else kwargs.get("data")
-                    self._digest(stage, lambda: self._keep_tokens(stage, data))
+                    self._digest(stage, lambda: _keep_tokens(self.log, stage, data))
                 return out
 
             return digested
@@ -222,21 +222,6 @@ class StageProbes:
                 k: t for k, t in self.log.tensors.items() if k[0] != LAYERS_STAGE
             }
             self._stop_aside(what, "The layers are not digested", layers.error)
-
-    def _keep_tokens(self, stage: str, data: Any) -> None:
-        """Each trajectory's tokens beside its kept values (-1 outside its
-        attention mask): the page pairs the values with the recorded rows they
-        belong to by these, never by position (AReaL reorders rows even on one
-        rank)."""
-        for i, traj in enumerate(data if isinstance(data, list) else []):
-            ids = traj.get("input_ids") if isinstance(traj, dict) else None
-            if not isinstance(ids, torch.Tensor):
-                continue
-            mask = traj.get("attention_mask")
-            if isinstance(mask, torch.Tensor) and mask.shape == ids.shape:
-                ids = torch.where(mask.bool(), ids, torch.full_like(ids, -1))
-            # int32 holds every vocabulary, and half the bytes of AReaL 1.0's int64.
-            self.log.keep_only(stage, tokens_name(i), ids.to(torch.int32))
 
     def _measure(self, data: Any, logps: list) -> None:
         """The mismatch of one compute_logp call."""
@@ -327,27 +312,16 @@ class StageProbes:
 
         def digested(*args, **kwargs):
             mb = self.log.counters.get("mini-batch", 1) - 1
-            self._digest("grads", lambda: self._add_grads(actor, mb))
+            self._digest(
+                "grads", lambda: self._add_shards("grads", _grads(actor, mb), True)
+            )
             out = step(*args, **kwargs)
-            self._digest("weights", lambda: self._add_weights(actor, mb))
+            self._digest(
+                "weights", lambda: self._add_shards("weights", _weights(actor, mb))
+            )
             return out
 
         return digested
-
-    def _add_grads(self, actor, mb: int) -> None:
-        grads = [
-            (mini_batch_name(mb, name), param.grad)
-            for name, param in areal_compat.engine_named_parameters(actor)
-            if param.grad is not None
-        ]
-        self._add_shards("grads", grads, norm=True)
-
-    def _add_weights(self, actor, mb: int) -> None:
-        weights = [
-            (mini_batch_name(mb, name), param)
-            for name, param in areal_compat.engine_named_parameters(actor)
-        ]
-        self._add_shards("weights", weights)
 
     def digest_model(self, actor) -> dict[str, list] | None:
         """The actor's weights as a run's first step starts (any checkpoint
@@ -373,6 +347,38 @@ class StageProbes:
 
     def _add_shards(self, stage: str, named: list, norm: bool = False) -> None:
         self.log.add_many(stage, _local_shards(named), norm=norm)
+
+
+def _keep_tokens(log: StageLog, stage: str, data: Any) -> None:
+    """Each trajectory's tokens beside its kept values (-1 outside its attention
+    mask): the page pairs the values with the recorded rows they belong to by
+    these, never by position (AReaL reorders rows even on one rank)."""
+    for i, traj in enumerate(data if isinstance(data, list) else []):
+        ids = traj.get("input_ids") if isinstance(traj, dict) else None
+        if not isinstance(ids, torch.Tensor):
+            continue
+        mask = traj.get("attention_mask")
+        if isinstance(mask, torch.Tensor) and mask.shape == ids.shape:
+            ids = torch.where(mask.bool(), ids, torch.full_like(ids, -1))
+        # int32 holds every vocabulary, and half the bytes of AReaL 1.0's int64.
+        log.keep_only(stage, tokens_name(i), ids.to(torch.int32))
+
+
+def _grads(actor, mb: int) -> list:
+    """Mini-batch ``mb``'s gradients, named for the step's record."""
+    return [
+        (mini_batch_name(mb, name), param.grad)
+        for name, param in areal_compat.engine_named_parameters(actor)
+        if param.grad is not None
+    ]
+
+
+def _weights(actor, mb: int) -> list:
+    """The weights after mini-batch ``mb``'s optimizer step, named."""
+    return [
+        (mini_batch_name(mb, name), param)
+        for name, param in areal_compat.engine_named_parameters(actor)
+    ]
 
 
 def _local_shards(named: list) -> list[tuple[str, torch.Tensor, int]]:

@@ -42,11 +42,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     with logs_to_stderr():
-        from areal_debug.inspect import diff, render
+        from areal_debug.inspect import diff, render_diff
 
         result = diff.diff(args.a, args.b)
     if isinstance(result, diff.RecordingDiff):
-        emit(args, result, render.recording_diff(result))
+        emit(args, result, render_diff.recording_diff(result))
         return 0 if result.same else DIFFERENT
-    emit(args, result, render.run_diff(result, args.all, args.metric))
+    emit(args, result, render_diff.run_diff(result, args.all, args.metric))
     return 0 if result.same else DIFFERENT

@@ -1,42 +1,39 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Configuration: the ``debug:`` section and AReaL experiment configs that carry it."""
+"""The ``debug:`` section: its keys, their help, and the checks of their values."""
 
 from __future__ import annotations
 
-import dataclasses
-import os
-import sys
 from dataclasses import dataclass, field
 
-from areal.api.cli_args import GRPOConfig, PPOConfig
-from omegaconf import OmegaConf
-
-from areal_debug import areal_compat
-from areal_debug.allocation import override_key, plan_allocation
-from areal_debug.logs import get_logger
 from areal_debug.recording.anomaly import parse_threshold
 from areal_debug.recording.format import (
     DEFAULT_ZSTD_LEVEL,
     DEFAULT_ZSTD_THREADS,
-    MANIFEST,
     RECORDING_DIRNAME,
-    REPLAY_REPORT_NAME,
     ZSTD_LEVELS,
     Codec,
     StepRanges,
-    recording_below,
 )
 from areal_debug.recording.retention import parse_steps
 from areal_debug.stages.names import TOKEN_STAGES
 
 REPLAY_TRIAL_SUFFIX = "_replay"
 
-logger = get_logger("DebugConfig")
+
+# debug.layer_digests' words for every step and none.
+_LAYER_DIGESTS_ALWAYS = {"true": True, "false": False}
+
+
+class DebugConfigError(ValueError):
+    """A ``debug.*`` key or value, or a config key, no run can use, found before
+    any process starts."""
 
 
 @dataclass
-class DebugConfig:
-    """Record rollout batches (dump) or drive training from a recording (replay)."""
+class RunKeys:
+    """The ``debug:`` keys of what a run is and what it keeps: the mode, where the
+    recording goes, the writer, compression, which steps are kept, pins and
+    anomalies (``DebugConfig`` holds them with ``CompareKeys``'s, flat)."""
 
     dump_rollout_data: bool = field(
         default=False,
@@ -190,6 +187,14 @@ class DebugConfig:
             "goes on."
         },
     )
+
+
+@dataclass
+class CompareKeys:
+    """The ``debug:`` keys of what is compared and how: determinism, stage and
+    layer digests, the log-probs kept, seams, resumes, the replayed range and the
+    tolerance."""
+
     deterministic: bool = field(
         default=False,
         metadata={
@@ -328,6 +333,12 @@ class DebugConfig:
         },
     )
 
+
+@dataclass
+class DebugConfig(CompareKeys, RunKeys):
+    """Record rollout batches (dump) or drive training from a recording (replay).
+    Its keys are ``RunKeys``' then ``CompareKeys``' (one flat ``debug:`` section)."""
+
     def _layer_digests_spec(self) -> str:
         # YAML's true reaches this str field as "True".
         return str(self.layer_digests).strip().lower()
@@ -450,425 +461,3 @@ class DebugConfig:
     @property
     def enabled(self) -> bool:
         return self.dump_rollout_data or self.replay_rollout_data
-
-
-def default_recording_path(fileroot: str, experiment_name: str, trial_name: str) -> str:
-    return os.path.join(fileroot, experiment_name, trial_name, RECORDING_DIRNAME)
-
-
-def _rename_trial(obj, old: str, new: str, seen: set[int]) -> None:
-    """Set every nested ``trial_name`` equal to ``old`` to ``new``.
-
-    AReaL copies the trial name into each sub-config (stats_logger, saver,
-    recover, engines...), usually through ``${trial_name}`` interpolation that
-    is already resolved here, so all copies must move together.
-    """
-    if id(obj) in seen or not dataclasses.is_dataclass(obj):
-        return
-    seen.add(id(obj))
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        if f.name == "trial_name" and value == old:
-            setattr(obj, f.name, new)
-        elif dataclasses.is_dataclass(value):
-            _rename_trial(value, old, new, seen)
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                _rename_trial(item, old, new, seen)
-
-
-def replay_trial(fileroot: str, experiment: str, trial: str) -> str:
-    """The trial a replay of ``trial`` runs under when none is named:
-    ``<trial>_replay``, or the first ``<trial>_replay<N>`` (N = 2, 3, ...) whose
-    log directory holds no replay report, so a second replay (another setting,
-    another AReaL) keeps the first one's report beside its own.
-
-    Every process of a replay (launcher, torchrun ranks, controller) decides
-    alike: the report is written after the first step, when all have started.
-    """
-    base = trial + REPLAY_TRIAL_SUFFIX
-    n = 1
-    while True:
-        name = base if n == 1 else f"{base}{n}"
-        log_dir = areal_compat.trial_log_dir(fileroot, experiment, name)
-        if not os.path.exists(os.path.join(log_dir, REPLAY_REPORT_NAME)):
-            return name
-        n += 1
-
-
-def recorded_trial_of(replay_trial: str) -> str:
-    """The recorded run's trial a default replay trial name was made from
-    (``<trial>_replay``, ``<trial>_replay2``, ...); any other name as it is."""
-    base, suffix, rest = replay_trial.rpartition(REPLAY_TRIAL_SUFFIX)
-    return base if suffix and (rest == "" or rest.isdigit()) else replay_trial
-
-
-def earlier_replays_note(trial: str, replay_trial_name: str) -> str | None:
-    """What a replay run under a fresh trial says (None under the first one)."""
-    base = trial + REPLAY_TRIAL_SUFFIX
-    rest = replay_trial_name[len(base) :]
-    if not replay_trial_name.startswith(base) or not rest.isdigit():
-        return None
-    earlier = ", ".join([base] + [f"{base}{n}" for n in range(2, int(rest))])
-    return (
-        f"Replay: runs as trial {replay_trial_name}; the earlier replays' reports "
-        f"({earlier}) are kept. debug.replay_trial_name=NAME names a replay."
-    )
-
-
-def replaced_report_note(replay_trial_name: str, report: str) -> str:
-    """What a replay named onto an earlier replay's trial says: it replaces that
-    replay's report (a person asked for it, but may not know)."""
-    return (
-        f"Replay: replaces the earlier replay's report {report}: "
-        f"debug.replay_trial_name={replay_trial_name} names that replay's trial. "
-        "Leave it unset for a trial of its own."
-    )
-
-
-def resolve_debug_config(cfg) -> None:
-    """Fill in ``debug.path`` and move a replay to its own trial (in place)."""
-    debug: DebugConfig = cfg.debug
-    if not debug.enabled:
-        return
-    if debug.path is None:
-        debug.path = default_recording_path(
-            cfg.cluster.fileroot, cfg.experiment_name, cfg.trial_name
-        )
-    if not debug.replay_rollout_data:
-        return
-    if debug.replay_trial_name is None:
-        debug.replay_trial_name = replay_trial(
-            cfg.cluster.fileroot, cfg.experiment_name, cfg.trial_name
-        )
-    if debug.replay_trial_name != cfg.trial_name:
-        _rename_trial(cfg, cfg.trial_name, debug.replay_trial_name, set())
-
-
-@dataclass
-class DebugSection:
-    """Mixin giving any AReaL experiment config class a ``debug:`` section.
-
-    Put it first: ``@dataclass class MyConfig(DebugSection, GRPOConfig): ...``,
-    so its ``__post_init__`` runs AReaL's validation, then resolves the section.
-    """
-
-    debug: DebugConfig = field(
-        default_factory=DebugConfig,
-        metadata={"help": "Rollout recording and replay (areal-debug)."},
-    )
-
-    def __post_init__(self):
-        post_init = getattr(super(), "__post_init__", None)
-        if post_init is not None:
-            post_init()
-        resolve_debug_config(self)
-
-
-@dataclass
-class DebugPPOConfig(DebugSection, PPOConfig):
-    """AReaL's ``PPOConfig`` with a ``debug:`` section."""
-
-
-@dataclass
-class DebugGRPOConfig(DebugSection, GRPOConfig):
-    """AReaL's ``GRPOConfig`` with a ``debug:`` section."""
-
-
-def has_debug_section(config_cls) -> bool:
-    return any(f.name == "debug" for f in dataclasses.fields(config_cls))
-
-
-_PARSING_CLASSES: dict[type, type] = {}
-
-
-def _parsing_class(config_cls: type) -> type:
-    """``config_cls`` with a ``debug:`` section added, to parse a config with.
-
-    Made once per class. The loaded config is handed back as ``config_cls``
-    itself (see ``_as_user_class``): this class never leaves the process.
-    """
-    if config_cls not in _PARSING_CLASSES:
-        cls = dataclasses.make_dataclass(
-            f"{config_cls.__name__}WithDebug", [], bases=(DebugSection, config_cls)
-        )
-        cls.__module__ = __name__
-        _PARSING_CLASSES[config_cls] = cls
-    return _PARSING_CLASSES[config_cls]
-
-
-def _as_user_class(parsed, config_cls: type):
-    """The parsed config as an instance of ``config_cls``, carrying ``debug`` as an
-    attribute outside its fields: what AReaL serialises, saves or sends to RPC
-    workers is then the user's own class, importable wherever the script's is."""
-    config = config_cls.__new__(config_cls)
-    config.__dict__.update({k: v for k, v in parsed.__dict__.items() if k != "debug"})
-    object.__setattr__(config, "debug", parsed.debug)
-    return config
-
-
-def debug_config_of(config) -> DebugConfig:
-    """The ``debug:`` section of a loaded config (all defaults when it has none)."""
-    return getattr(config, "debug", None) or DebugConfig()
-
-
-def _append_debug_overrides(argv: list[str]) -> list[str]:
-    """Turn ``debug.k=v`` into hydra's ``++debug.k=v`` (set the key, present or not)."""
-    return ["++" + a if a.startswith("debug.") and "=" in a else a for a in argv]
-
-
-def compose_with_debug_overrides(compose, argv: list[str], config_cls=None):
-    """``(compose(argv), argv)``, retrying ``debug.*`` overrides as hydra's ``++``.
-
-    Hydra composes overrides against the YAML alone, so ``debug.x=...`` fails
-    ("not in struct") unless the file declares the key. Retrying the debug
-    overrides as add-or-override lets users set any debug key on any existing
-    YAML, with or without a (partial) ``debug:`` section. The argv returned is
-    the form that composed, so processes started later can be given the same.
-    If the retry fails too: a ``DebugConfigError`` naming a key ``config_cls``
-    (AReaL's config class, where the caller knows it) does not have, with the
-    closest ones; else the original error.
-    """
-    from hydra.errors import ConfigCompositionException
-
-    try:
-        return compose(argv), argv
-    except ConfigCompositionException as first:
-        appended = _append_debug_overrides(argv)
-        try:
-            if appended == argv:
-                raise
-            return compose(appended), appended
-        except ConfigCompositionException:
-            hint = unknown_key_hint(argv, config_cls) if config_cls else None
-            if hint is not None:
-                raise DebugConfigError(hint) from None
-            raise first from None
-
-
-def agree_argv_with_allocation(argv: list[str]) -> list[str]:
-    """``argv`` with the overrides that make the training engines' backends agree
-    with allocation_mode (``allocation.plan_allocation``, each change logged);
-    AllocationError where they cannot. For load_expr_config: single-controller
-    runs, and SPMD runs not started by areal-debug's launchers (which have done
-    this already)."""
-    from areal.api.cli_args import parse_cli_args
-
-    try:
-        cfg, composed = compose_with_debug_overrides(
-            lambda args: parse_cli_args(args)[0], argv
-        )
-    except Exception:  # noqa: BLE001 - AReaL's own load then says what is wrong
-        return argv
-    allocation = plan_allocation(cfg, composed, "run")
-    for note in allocation.notes:
-        logger.info(note)
-    return allocation.argv(argv)
-
-
-# debug.layer_digests' words for every step and none.
-_LAYER_DIGESTS_ALWAYS = {"true": True, "false": False}
-
-
-class DebugConfigError(ValueError):
-    """A ``debug.*`` key or value, or a config key, no run can use, found before
-    any process starts."""
-
-
-def check_debug_keys(argv: list[str]) -> None:
-    """Every ``debug.*`` override names a debug key: a typo
-    (``debug.replay_end_stpe``) is refused with the closest names and the list,
-    not left to the config loader's ``ConfigKeyError`` after AReaL has loaded."""
-    import difflib
-
-    known = [f.name for f in dataclasses.fields(DebugConfig)]
-    for arg in argv:
-        key = override_key(arg)
-        if key is None or not key.startswith("debug."):
-            continue
-        name = key.removeprefix("debug.").split(".", 1)[0]
-        if name in known:
-            continue
-        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
-        hint = (
-            "Did you mean " + " or ".join(f"debug.{c}" for c in close) + "? "
-            if close
-            else ""
-        )
-        raise DebugConfigError(
-            f"{arg!r}: debug.{name} is not a debug key. {hint}The debug keys are: "
-            + ", ".join(known)
-            + "."
-        )
-
-
-def _field_type(cls, name: str):
-    """The annotation of ``cls``'s field ``name``, or None where it cannot be
-    resolved (a forward reference AReaL never imports)."""
-    import typing
-
-    try:
-        return typing.get_type_hints(cls)[name]
-    except Exception:  # noqa: BLE001 - any unresolvable annotation: stop walking
-        return None
-
-
-def _dataclass_in(hint):
-    """The dataclass ``hint`` names (itself, or inside Optional/Union), else None."""
-    import typing
-
-    for t in (hint, *typing.get_args(hint)):
-        if dataclasses.is_dataclass(t):
-            return t
-    return None
-
-
-def _free_keys(hint) -> bool:
-    """Whether a field of type ``hint`` takes keys of any name (a dict, Any)."""
-    import typing
-
-    return any(
-        t is typing.Any or t is dict or typing.get_origin(t) is dict
-        for t in (hint, *typing.get_args(hint))
-    )
-
-
-def _resolves(cls, parts: list[str]) -> bool:
-    """Whether ``parts`` is a key of ``cls``: a field at each level, down to the
-    last part or to a field whose keys are free (a dict, Any)."""
-    for i, part in enumerate(parts):
-        if part not in {f.name for f in dataclasses.fields(cls)}:
-            return False
-        hint = _field_type(cls, part)
-        inner = _dataclass_in(hint)
-        if inner is None:
-            return i == len(parts) - 1 or _free_keys(hint)
-        cls = inner
-    return True
-
-
-def unknown_key_hint(argv: list[str], config_cls) -> str | None:
-    """The first override of ``argv`` whose key ``config_cls`` (AReaL's config
-    dataclasses) does not have, with the closest keys that exist, in one line;
-    None where every key walks. For after a composition failed: hydra's own
-    message suggests ``+KEY`` (add it), which for a typo is the wrong fix.
-    ``debug.*`` keys are ``check_debug_keys``'; ``+``/``~`` overrides add or
-    delete keys on purpose."""
-    import difflib
-
-    for arg in argv:
-        key = override_key(arg)
-        if key is None or arg.startswith(("+", "~")) or key.startswith("debug."):
-            continue
-        parts, cls = key.split("."), config_cls
-        for i, part in enumerate(parts):
-            names = [f.name for f in dataclasses.fields(cls)]
-            if part not in names:
-                close = difflib.get_close_matches(part, names, n=5, cutoff=0.6)
-                fixes = [
-                    ".".join([*parts[:i], c, *parts[i + 1 :]])
-                    for c in close
-                    if _resolves(config_cls, [*parts[:i], c, *parts[i + 1 :]])
-                ][:3]
-                owner = ".".join(parts[:i]) or "the config"
-                hint = f"; did you mean {' or '.join(fixes)}?" if fixes else "."
-                return f"{arg!r}: {owner} has no key {part!r}{hint}"
-            cls = _dataclass_in(_field_type(cls, part))
-            if cls is None:
-                break
-    return None
-
-
-def check_debug_section(cfg) -> str | None:
-    """The composed config's ``debug:`` section checked as the trainer will
-    check it (``DebugConfig``'s own validation), before any process starts.
-    Returns the recording a replay reads (``check_recording`` it), else None."""
-    section = OmegaConf.select(cfg, "debug", default=None)
-    if section is None:
-        return None
-    values = OmegaConf.to_container(section, resolve=True) or {}
-    try:
-        debug = DebugConfig(**values)
-    except (TypeError, ValueError) as e:
-        raise DebugConfigError(str(e)) from None
-    if not debug.replay_rollout_data:
-        return None
-    return debug.path or default_recording_path(
-        str(OmegaConf.select(cfg, "cluster.fileroot")),
-        str(OmegaConf.select(cfg, "experiment_name")),
-        str(OmegaConf.select(cfg, "trial_name")),
-    )
-
-
-def refuse_controller_v2(cfg) -> None:
-    """AReaL's v2 controllers (``rollout._version=v2``) are refused in dump and
-    replay, before any process starts, with why and what to run instead."""
-    from areal_debug import areal_compat
-
-    keys = areal_compat.controller_v2_keys(cfg)
-    if not keys:
-        return
-    raise DebugConfigError(
-        f"{' and '.join(f'{k}=v2' for k in keys)}: AReaL's v2 controllers "
-        "(RolloutControllerV2, the gateway and data-proxy inference service) are not "
-        "supported by areal-debug: their trajectories come back from the data proxy, "
-        "not through the rollout engine's prepare_batch that a dump records and a "
-        "replay stands in for, so a replay could not run without the inference "
-        "service. Record and replay with the v1 controllers (rollout._version=v1 "
-        "actor._version=v1, AReaL's default), or turn debug.dump_rollout_data off "
-        "for this run."
-    )
-
-
-def check_recording(path: str) -> None:
-    """A replay's ``debug.path`` holds a recording, or says where one is."""
-    if os.path.isfile(os.path.join(path, MANIFEST)):
-        return
-    below = recording_below(path)
-    if below is not None:
-        raise DebugConfigError(
-            f"debug.path={path} is not a recording, but it holds one: "
-            f"{below}. Set debug.path={below}."
-        )
-    what = "does not exist" if not os.path.exists(path) else "holds no manifest.json"
-    raise DebugConfigError(
-        f"No recording to replay at debug.path={path}: it {what}. Point debug.path "
-        "at the directory a dump run wrote (areal-debug ls FILEROOT lists them), or "
-        "record one first with debug.dump_rollout_data=true."
-    )
-
-
-def load_expr_config(argv: list[str], config_cls=DebugPPOConfig):
-    """AReaL's ``load_expr_config`` for any experiment config class, with a ``debug:``
-    section and ``debug.*`` overrides whether or not the YAML declares them.
-
-    Returns ``(config, config_file)`` as AReaL's does. ``config`` is an instance
-    of ``config_cls`` (``GRPOConfig``, the script's own subclass...) with the
-    section at ``config.debug``; a class that declares ``debug`` (the
-    ``DebugSection`` mixin, ``DebugPPOConfig``) is loaded as it is. A given
-    ``allocation_mode`` sets every training engine's backend
-    (``agree_argv_with_allocation``).
-    """
-    try:
-        return _load_expr_config(argv, config_cls)
-    except DebugConfigError as e:
-        # A mistake in the debug section: the message alone, as the launchers
-        # say it (and their exit status), not a traceback through AReaL's loading.
-        print(f"areal-debug: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
-
-
-def _load_expr_config(argv: list[str], config_cls):
-    from areal.api.cli_args import load_expr_config as areal_load_expr_config
-
-    check_debug_keys(list(argv))
-    parse_cls = (
-        config_cls if has_debug_section(config_cls) else _parsing_class(config_cls)
-    )
-    argv = agree_argv_with_allocation(list(argv))
-    (parsed, config_file), _ = compose_with_debug_overrides(
-        lambda args: areal_load_expr_config(args, parse_cls), argv, config_cls
-    )
-    if parse_cls is not config_cls:
-        parsed = _as_user_class(parsed, config_cls)
-    return parsed, config_file
