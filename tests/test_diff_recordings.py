@@ -171,3 +171,26 @@ def test_two_copies_of_a_real_recording_compare_equal_weights_and_all(
     assert rc == 3
     assert (d["batches"]["first_step"], d["batches"]["first_parts"]) == (2, ["weights"])
     assert "differ, first" in d["batches"]["steps"][2]["weights_detail"]
+
+
+def test_a_long_list_of_prompts_says_how_many_more_it_leaves_out(tmp_path, capsys):
+    """Issue 69, point 6: the counts line names every prompt; the list under it
+    shows five of each kind and says how many more there are."""
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    record(a, run({0: [1, 2, 3, 4, 5, 6, 7]}))
+    record(b, run({0: [11, 12, 13, 14, 15, 16, 17]}))
+    assert main(["diff", a, b]) == 3
+    out = capsys.readouterr().out
+    assert "7 only in a, 7 only in b" in out
+    assert out.count("  only in a: prompt ") == 5
+    assert "  ... and 2 more only in a (--json)" in out
+    assert "  ... and 2 more only in b (--json)" in out
+
+
+def test_resume_of_a_recording_without_one_says_there_is_none(tmp_path, capsys):
+    rec = str(tmp_path / "a")
+    record(rec, run(A))
+    assert main(["resume", rec]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "No resume in this recording: nothing to check" in out
+    assert "every resume" not in out

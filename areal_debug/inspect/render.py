@@ -466,8 +466,13 @@ def resume_check(check) -> Group:
         parts.append(Text(f"... {len(check.lost) - 10} more lost (--json)."))
     parts.append(
         Text(
-            "Lossless: nothing lost or repeated, every resume on the interrupted "
-            "run's weights."
+            (
+                "Lossless: nothing lost or repeated, every resume on the interrupted "
+                "run's weights."
+                if check.resumes
+                else "No resume in this recording: nothing to check (each step was "
+                "recorded once, by one run)."
+            )
             if check.lossless
             else "NOT lossless (above).",
             style="green" if check.lossless else "bold red",

@@ -22,6 +22,9 @@ if TYPE_CHECKING:  # the modules behind the slow commands import AReaL
 
 from areal_debug.inspect.render import HEADLINE, _num
 
+# Prompts listed under each heading of a recordings' diff (--json lists all).
+PROMPT_ROWS = 5
+
 
 def recording_diff(d: RecordingDiff) -> Group:
     parts: list[Any] = [Text(f"a: {d.a}\nb: {d.b}")]
@@ -147,13 +150,18 @@ def _batches(b: BatchesDiff) -> list[Any]:
         ("more often in a", b.more_in_a),
         ("more often in b", b.more_in_b),
     ):
-        for p in listed[:5]:
+        for p in listed[:PROMPT_ROWS]:
             sides = [
                 f"{n} sample(s) in {side}"
                 + (f" (steps {format_ranges(steps)})" if n else "")
                 for side, n, steps in (("a", p.a, p.steps_a), ("b", p.b, p.steps_b))
             ]
             out.append(Text(f"  {title}: prompt {p.prompt}: " + ", ".join(sides)))
+        if len(listed) > PROMPT_ROWS:
+            # The count above is every prompt: say the list is not (issue 69).
+            out.append(
+                Text(f"  ... and {len(listed) - PROMPT_ROWS} more {title} (--json)")
+            )
     return out
 
 

@@ -11,14 +11,10 @@ import argparse
 from areal_debug.inspect.commands.output import emit, json_flag, logs_to_stderr
 
 ABOUT = (
-    "Each resume inside a dump recording (AReaL's recover.mode): the step it "
-    "resumed at; whether the weights it started from are those the interrupted run "
-    "had after the step before (their digests); whether each redone step consumed "
-    "the same prompts as the attempt it superseded (superseded/<time>/); and, where "
-    "a redone step took other prompts, those an earlier step of the epoch had "
-    "already consumed (repeated) and the superseded attempt's that no kept step "
-    "consumed (lost). Exit status 0 only where the resumes lost and repeated "
-    "nothing, 3 where they did."
+    "Was each resume inside a dump recording lossless (the interrupted run's "
+    "weights, its steps redone on the same prompts, none lost or repeated)? "
+    "Exit status 0 where so, or where there is no resume; 3 where not. "
+    "What each line means: docs/cli.md, resume."
 )
 EXAMPLES = """examples:
   areal-debug resume REC            each resume and whether it was lossless
