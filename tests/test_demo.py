@@ -51,6 +51,17 @@ def assert_demo_output(out: str, steps: int, wd) -> None:
     # One number per phase; the timing table sets whole step beside whole step.
     assert [out.count(f"[{n}/4]") >= 1 for n in range(1, 5)] == [True] * 4
     assert "[2/4] record: dump in" in out and "[4/4] compare" in out
+    # Each run's time split into its steps and the rest (issue 69, point 4: a
+    # replay slower than its recording said nothing of start-up).
+    times = re.search(
+        r"dump run ([\d.]+) s \(with inference: ([\d.]+) s of steps, [\d.]+ s "
+        r"starting and closing\), replay run ([\d.]+) s \(no inference: ([\d.]+) s "
+        r"of steps, [\d.]+ s starting and closing\)",
+        out,
+    )
+    assert times, out[-3000:]
+    dump, dump_steps, replay, replay_steps = map(float, times.groups())
+    assert 0 < dump_steps < dump and 0 < replay_steps < replay
     header = "dump: step (s)  of it rollout  replay: step (s)  of it rollout"
     assert " ".join(header.split()) in " ".join(out.split()), out[-2000:]
     # The replay's story: nothing changed, identical at every step.

@@ -4,6 +4,8 @@ start) and one headline at its end, also in replay_report.json and `diff`."""
 
 from __future__ import annotations
 
+import math
+
 from areal_debug.compare.config_changes import story_start, training_changes
 from areal_debug.compare.report import ReplayReport, StepComparison, TopologyChange
 from areal_debug.inspect import render_diff
@@ -292,3 +294,31 @@ def test_a_logp_divergence_without_layer_digests_says_how_to_go_one_level_down()
     # A divergence at another stage has nothing below the log-probs to find.
     other = report(["diverged"], [], {"stage": "weights", "where": "lm_head"})
     assert one_level_down(other, path) is None
+
+
+def test_a_what_if_replays_first_metric_is_the_setting_changed_not_a_kl():
+    """Issue 69, point 4: with the learning rate changed, the KL recorded near 0
+    has the largest relative difference; the first divergence names the changed
+    setting's own statistic, and the summary's column counts the metrics that
+    moved from 0 instead of reading "recorded 0"."""
+    from areal_debug.compare.statistics import _max_relative
+
+    lr = {"key": "actor.optimizer.lr", "recorded": 1e-3, "replay": 1e-5}
+    r = report(["diverged"], [lr])
+    r.steps[0].metrics = {
+        "ppo_actor/update/kl_div_taylor/max": {
+            "status": "diverged", "recorded": 1e-9, "replayed": 1e-5,
+            "rel_diff": 1e4,
+        },
+        "ppo_actor/update/lr": {
+            "status": "diverged", "recorded": 1e-3, "replayed": 1e-5,
+            "rel_diff": 0.99,
+        },
+    }  # fmt: skip
+    assert r.first_divergence()["metric"] == "ppo_actor/update/lr"
+    assert r.first_divergence()["num_diverged_metrics"] == 2
+    r.config_changes = []
+    assert r.first_divergence()["metric"] == "ppo_actor/update/kl_div_taylor/max"
+    assert _max_relative([0.5, math.inf, math.inf, 0.0]) == "0.5 (+2 from 0)"
+    assert _max_relative([0.0, 0.25]) == "0.25"
+    assert _max_relative([math.inf]) == "- (+1 from 0)"

@@ -119,15 +119,21 @@ class StepComparison:
         name, m, _ = worst
         return {"step": self.global_step, "stage": "stats", "where": name, **m}
 
-    def worst_metric(self) -> tuple[str, dict[str, Any], int] | None:
+    def worst_metric(
+        self, prefer: tuple[str, ...] = ()
+    ) -> tuple[str, dict[str, Any], int] | None:
         """The diverged metric with the largest relative difference, its entry and
-        how many metrics diverged; None when none did."""
+        how many metrics diverged; None when none did. A diverged metric named
+        like one of ``prefer`` (the leaf of a setting the user changed: ``lr`` for
+        ``actor.optimizer.lr``) comes first: a statistic recorded near 0 (a KL)
+        has the largest relative difference of a what-if replay but says less."""
         diverged = {
             k: m for k, m in self.metrics.items() if m.get("status") == Verdict.DIVERGED
         }
         if not diverged:
             return None
-        name, m = max(diverged.items(), key=lambda kv: kv[1]["rel_diff"])
+        named = {k: m for k, m in diverged.items() if k.rsplit("/", 1)[-1] in prefer}
+        name, m = max((named or diverged).items(), key=lambda kv: kv[1]["rel_diff"])
         return name, m, len(diverged)
 
 
@@ -241,9 +247,16 @@ class ReplayReport:
         return sorted(recorded), sorted(replayed)
 
     def first_divergence(self) -> dict[str, Any] | None:
-        """The step and metric (largest relative difference) that diverged first."""
+        """The step and metric that diverged first (a changed setting's own
+        statistic, else the largest relative difference)."""
+        # The settings the user changed, by their leaf name.
+        prefer = tuple(
+            c["key"].rsplit(".", 1)[-1]
+            for c in self.config_changes or ()
+            if not one_sided(c)
+        )
         for entry in self.steps:
-            worst = entry.worst_metric()
+            worst = entry.worst_metric(prefer)
             if worst is not None:
                 name, m, count = worst
                 return {

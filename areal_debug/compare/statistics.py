@@ -154,12 +154,12 @@ class StatsComparison:
         return self.report.first_divergence()
 
     def summary_lines(self) -> list[str]:
-        lines = [f"{'step':>6}  {'status':<16} {'metrics':>7}  {'max rel diff':>12}"]
+        lines = [f"{'step':>6}  {'status':<16} {'metrics':>7}  {'max rel diff':>18}"]
         for e in self.steps:
             diffs = [m.get("rel_diff", 0.0) for m in e.metrics.values()]
             lines.append(
                 f"{e.global_step:>6}  {e.status:<16} {len(e.metrics):>7}  "
-                f"{_relative(max(diffs, default=0.0)):>12}"
+                f"{_max_relative(diffs):>18}"
             )
         first = self.first_divergence()
         if self.report.topology.changed:
@@ -205,6 +205,16 @@ class StatsComparison:
                 f"(rel diff {_relative(first['rel_diff'])}; {first['num_diverged_metrics']} metrics diverged at that step)."
             )
         return lines
+
+
+def _max_relative(diffs: list[float]) -> str:
+    """The largest relative difference of a step's metrics, over those recorded
+    other than 0; those recorded 0 that moved are counted beside it (their
+    relative difference is infinite, and a column of "recorded 0" said nothing)."""
+    finite = [d for d in diffs if not math.isinf(d)]
+    moved_from_0 = len(diffs) - len(finite)
+    text = f"{max(finite):.3g}" if finite else "-"
+    return text + (f" (+{moved_from_0} from 0)" if moved_from_0 else "")
 
 
 def _relative(diff: float) -> str:
