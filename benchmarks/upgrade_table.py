@@ -26,6 +26,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from areal_debug.compare.report import ReplayReport
+
 REPORT = Path("root/logs/root/tinydemo/trial0_replay/replay_report.json")
 
 
@@ -58,15 +60,9 @@ def _cell(recorded: str, replayed: str, report: Path, seconds: float) -> Cell:
     first = data.get("first_divergence")
     statuses = [m.get("status") for s in data["steps"] for m in s["metrics"].values()]
     stages = [st.get("status") for s in data["steps"] for st in s["stages"].values()]
-    one_sided = sorted(
-        {
-            name
-            for s in data["steps"]
-            for name, m in s["metrics"].items()
-            if m.get("status") in ("not_recorded", "not_replayed")
-            and not name.startswith("areal_debug/")
-        }
-    )
+    # The statistics one build alone logs, as the replay's own headline counts them.
+    only_recorded, only_replayed = ReplayReport.from_json(data).one_sided_metrics()
+    one_sided = sorted({*only_recorded, *only_replayed})
     if (
         first is None
         and "differs" not in stages

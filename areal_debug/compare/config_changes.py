@@ -87,6 +87,12 @@ ROLLOUT_SIDE_KEYS = (
 ABSENT = "<absent>"
 
 
+def is_one_sided(recorded: Any, current: Any) -> bool:
+    """A key only one side's config has: another AReaL build's (or config
+    class's) setting, not a value anyone changed."""
+    return ABSENT in (recorded, current)
+
+
 @dataclass(frozen=True)
 class ConfigChange:
     key: str
@@ -103,9 +109,7 @@ class ConfigChange:
 
     @property
     def one_sided(self) -> bool:
-        """A key only one side's config has: another AReaL build's (or config
-        class's) setting, not a value anyone changed."""
-        return ABSENT in (self.recorded, self.current)
+        return is_one_sided(self.recorded, self.current)
 
     @property
     def rollout_side(self) -> bool:

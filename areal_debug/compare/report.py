@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal_debug.compare.config_changes import ABSENT
+from areal_debug.compare.config_changes import is_one_sided
 from areal_debug.recording.format import REPLAY_REPORT_NAME, RecordingError
 from areal_debug.stages import train_infer
 from areal_debug.stages.names import Verdict, step_order
@@ -26,9 +26,8 @@ def _names(names: list[str]) -> str:
 
 
 def one_sided(change: dict[str, Any]) -> bool:
-    """A setting only one side's config has (``ConfigChange.to_json``): another
-    AReaL build's key, or a config class's, not a value the user changed."""
-    return ABSENT in (change.get("recorded"), change.get("replay"))
+    """``ConfigChange.one_sided`` of a change as the report keeps it (``to_json``)."""
+    return is_one_sided(change.get("recorded"), change.get("replay"))
 
 
 REPORT_NAME = REPLAY_REPORT_NAME
@@ -175,6 +174,7 @@ class ReplayReport:
         """One line: how the replay went, and what was changed that can explain it."""
         steps = self.steps
         diverged = [e for e in steps if e.status == Verdict.DIVERGED]
+        only_recorded, only_replayed = self.one_sided_metrics()
         if not steps:
             text = "no step compared"
         elif not diverged:
@@ -186,7 +186,7 @@ class ReplayReport:
                 if same == len(steps)
                 else f"within tolerance at every step ({same} of {len(steps)} bitwise)"
             )
-            if self.not_compared or self.one_sided_metrics() != ([], []):
+            if self.not_compared or only_recorded or only_replayed:
                 text += " in what was compared"
         else:
             staged, first = self.first_stage_divergence(), self.first_divergence()
@@ -222,7 +222,6 @@ class ReplayReport:
         only = [c["key"] for c in self.config_changes or () if one_sided(c)]
         if only:
             text += "; settings only one side has: " + ", ".join(only)
-        only_recorded, only_replayed = self.one_sided_metrics()
         if only_recorded:
             text += f"; statistics only the recording has: {_names(only_recorded)}"
         if only_replayed:

@@ -41,16 +41,17 @@ def compose_with_debug_overrides(compose, argv: list[str], config_cls=None):
     try:
         return compose(argv), argv
     except ConfigCompositionException as first:
-        appended = _append_debug_overrides(argv)
+        failed = first
+    appended = _append_debug_overrides(argv)
+    if appended != argv:
         try:
-            if appended == argv:
-                raise
             return compose(appended), appended
         except ConfigCompositionException:
-            hint = unknown_key_hint(argv, config_cls) if config_cls else None
-            if hint is not None:
-                raise DebugConfigError(hint) from None
-            raise first from None
+            pass
+    hint = unknown_key_hint(argv, config_cls) if config_cls else None
+    if hint is not None:
+        raise DebugConfigError(hint) from None
+    raise failed
 
 
 def agree_argv_with_allocation(argv: list[str]) -> list[str]:

@@ -1,10 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """``areal-debug doctor``: pre-flight checks of a replay or resume against a recording.
 
-The command line is parsed with AReaL's own config loading (``parse_cli_args``,
-``to_structured_cfg``) and areal-debug's ``debug.*`` handling, without the side
-effects of ``load_expr_config`` (it writes the config into the run's log
-directory and reconfigures name resolution): a pre-flight writes nothing.
+The command is read as the run would read it, and nothing is written
+(``preflight/command.py``); each check here compares it with the recording.
 """
 
 from __future__ import annotations

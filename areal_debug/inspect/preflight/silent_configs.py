@@ -60,11 +60,10 @@ def shortest_recorded_sequence(reader: RecordingReader) -> int | None:
     return min(lengths) if lengths else None
 
 
-def one_sequence_budget(reader: RecordingReader) -> int | None:
-    """A ``max_tokens_per_mb`` that holds one sequence per micro-batch: the
-    longest recorded sequence (what the README says), where two of the shortest
-    do not fit in it; else just under twice the shortest."""
-    shortest = shortest_recorded_sequence(reader)
+def one_sequence_budget(reader: RecordingReader, shortest: int | None) -> int | None:
+    """A ``max_tokens_per_mb`` that holds one sequence per micro-batch, given the
+    shortest recorded sequence: the longest recorded one (what the README says),
+    where two of the shortest do not fit in it; else just under twice the shortest."""
     if shortest is None:
         return None
     longest = _recorded_lengths(reader, "ppo_actor/seq_len/max")
@@ -90,7 +89,7 @@ def _packed_attention(reader: RecordingReader, config: dict) -> list[Finding]:
     shortest = shortest_recorded_sequence(reader)
     if not _packs(mb_spec, shortest):
         return []
-    budget = one_sequence_budget(reader)
+    budget = one_sequence_budget(reader, shortest)
     one_per_mb = f"actor.mb_spec.max_tokens_per_mb={budget}" if budget else None
     return [
         Finding(
