@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from areal_debug.bisect import command as bisect_command
 from areal_debug.inspect.commands import (
+    blame,
     diff,
     doctor,
     extract,
@@ -28,7 +29,6 @@ from areal_debug.inspect.commands import (
     resume,
     show,
     summary,
-    verify,
 )
 from areal_debug.recording.format import RecordingError
 from areal_debug.tooling import demo_command, selfcheck_command
@@ -102,6 +102,15 @@ COMMANDS: tuple[Command, ...] = (
         examples=mismatch.EXAMPLES,
     ),
     Command(
+        "blame",
+        "RUN --step N",
+        "which samples drove a step: each one's share of its loss and gradient",
+        blame.add_arguments,
+        blame.run,
+        about=blame.ABOUT,
+        examples=blame.EXAMPLES,
+    ),
+    Command(
         "extract",
         "PATH ...",
         "one step as a self-contained reproducer with a test",
@@ -123,9 +132,9 @@ COMMANDS: tuple[Command, ...] = (
         "verify",
         "PATH",
         "check every payload's checksum and safe loading",
-        verify.add_arguments,
-        verify.run,
-        about=verify.ABOUT,
+        summary.add_arguments,
+        summary.verify,
+        about=summary.VERIFY_ABOUT,
     ),
     Command(
         "resume",

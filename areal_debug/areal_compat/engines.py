@@ -6,7 +6,8 @@ where AReaL offers no hook (the SGLang version guard among them).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -92,6 +93,49 @@ def optimizer_steps(engine: Any) -> int | None:
             step = step.full_tensor()
         return int(step.item() if hasattr(step, "item") else step)
     return 0
+
+
+def engine_dp_group(engine: Any) -> tuple[Any, str]:
+    """The engine's data-parallel group (FSDPEngine.dp_group, fsdp_engine.py:356
+    in 1.0.4 and 2.0.0, over which train_batch sums its loss weights and FSDP
+    shards the gradients) and the device its collectives take tensors on; (None,
+    "cpu") where there is none (one process)."""
+    import torch.distributed as dist
+
+    group = getattr(engine, "dp_group", None)
+    if group is None or not (dist.is_available() and dist.is_initialized()):
+        return None, "cpu"
+    return group, "cuda" if dist.get_backend(group) == "nccl" else "cpu"
+
+
+@contextlib.contextmanager
+def shadowed(obj: Any, name: str, stand_in: Callable) -> Iterator[None]:
+    """``obj.name`` is ``stand_in`` inside the block (an instance attribute over
+    whatever was there, patches included), and as before after it: the blame
+    passes read the gradients where FSDPEngine.train_batch calls
+    ``self.optimizer_step()`` (fsdp_engine.py:796 in 1.0.4 and 2.0.0, :810 on
+    main), and take no step."""
+    had_own = name in getattr(obj, "__dict__", {})
+    own = obj.__dict__.get(name)
+    setattr(obj, name, stand_in)
+    try:
+        yield
+    finally:
+        if had_own:
+            setattr(obj, name, own)
+        else:
+            delattr(obj, name)
+
+
+def zero_gradients(engine: Any) -> None:
+    """FSDPEngine.optimizer_zero_grad (fsdp_engine.py:678 in 1.0.4 and 2.0.0),
+    as train_batch starts with."""
+    zero = getattr(engine, "optimizer_zero_grad", None)
+    if zero is not None:
+        zero()
+        return
+    for _, p in engine_named_parameters(engine):
+        p.grad = None
 
 
 # -- what stands in for AReaL's inference engine (modes/engines.py) -------------------

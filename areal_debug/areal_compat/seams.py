@@ -39,6 +39,7 @@ class Capability(str, enum.Enum):
     WORKERS = "single-controller workers set up (importable config, probes)"
     FAILED_ROLLOUTS = "failed rollout requests pinned"
     LOSSLESS_RESUME = "lossless resume (debug.lossless_resume)"
+    BLAME = "each sample's part in a step (debug.blame_steps)"
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,16 @@ SEAMS: tuple[Seam, ...] = (
     Seam(f"{_ACTOR}.compute_advantages", Capability.STAGES, "patch", ("data",)),
     Seam(f"{_ACTOR}.train_batch", Capability.STAGES, "patch", ("input_", "loss_fn")),
     Seam(f"{_ACTOR}.optimizer_step", Capability.STAGES, "patch"),
+    # Each sample's part (stages/blame.py): train_batch again, its optimizer step
+    # shadowed, AReaL's statistics put back.
+    Seam(
+        f"{_ACTOR}.train_batch",
+        Capability.BLAME,
+        "call",
+        ("input_", "loss_fn", "loss_weight_fn"),
+    ),
+    Seam(f"{_ACTOR}.optimizer_zero_grad", Capability.BLAME, "call"),
+    Seam("areal.utils.stats_tracker:DEFAULT_TRACKER", Capability.BLAME, "call"),
     # The reference's forward passes, counted (a replay with recorded reference
     # log-probs shows it never ran).
     Seam(f"{_ACTOR}.forward", Capability.STAGES, "patch"),

@@ -6,6 +6,7 @@ half-built trainer, the step's statistics, and the trainer state areal-debug rea
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -193,6 +194,80 @@ def record_scalars(scope: str, **values: float) -> None:
     tracker = stats_tracker.get()
     with tracker.scope(scope):
         tracker.scalar(**values)
+
+
+def _trackers() -> list[Any]:
+    """Every stats tracker of areal/utils/stats_tracker.py: DEFAULT_TRACKER
+    (whose ``stat``/``denominator`` the loss functions call) and, where there is
+    the registry (``TRACKERS``, ``get(name)``), the named ones."""
+    from areal.utils import stats_tracker
+
+    found = [stats_tracker.DEFAULT_TRACKER]
+    found += list(getattr(stats_tracker, "TRACKERS", {}).values())
+    return list({id(t): t for t in found}.values())
+
+
+def _copied(value: Any) -> Any:
+    out = copy.copy(value)
+    for key, entries in out.items():
+        if isinstance(entries, list):
+            out[key] = list(entries)
+    return out
+
+
+def stats_tracker_snapshot() -> list[tuple[Any, dict[str, Any]]]:
+    """What AReaL's stats trackers hold (each dict attribute: ``stats``,
+    ``denominators``, ``reduce_types`` and, on main, ``reduce_groups``), for
+    ``restore_stats_tracker``: the blame passes' loss statistics never reach the
+    step's."""
+    return [
+        (t, {k: _copied(v) for k, v in vars(t).items() if isinstance(v, dict)})
+        for t in _trackers()
+    ]
+
+
+def restore_stats_tracker(saved: list[tuple[Any, dict[str, Any]]]) -> None:
+    for tracker, attributes in saved:
+        for name, value in attributes.items():
+            setattr(tracker, name, value)
+
+
+def stats_tracker_lengths() -> dict[tuple[int, str], int]:
+    """How many entries each key of each tracker holds now."""
+    return {
+        (id(t), key): len(entries)
+        for t in _trackers()
+        for key, entries in t.stats.items()
+    }
+
+
+# The loss functions' token masks (grpo_loss_fn's ``stats_tracker.denominator``,
+# trainer/ppo/actor.py:530 in 1.0.4): what each blame pass counts of its sample.
+LOSS_TOKEN_MASKS = {
+    "n_valid_tokens": "loss_tokens",
+    "clipped_tokens": "clipped",
+    "dual_clipped_tokens": "dual_clipped",
+    "unclipped_behave_tokens": "behave_kept",
+}
+
+
+def loss_token_counts(before: dict[tuple[int, str], int]) -> dict[str, int]:
+    """The tokens of ``LOSS_TOKEN_MASKS`` the loss function counted since
+    ``before`` (``stats_tracker_lengths``): its clipped, dual-clipped and
+    behaviour-weight-capped tokens (loss tokens less those it kept)."""
+    counts: dict[str, int] = {}
+    for t in _trackers():
+        for key, entries in t.stats.items():
+            name = LOSS_TOKEN_MASKS.get(key.rsplit("/", 1)[-1])
+            if name is None:
+                continue
+            for mask in entries[before.get((id(t), key), 0) :]:
+                counts[name] = counts.get(name, 0) + int(mask.sum())
+    if "behave_kept" in counts:
+        counts["behave_capped"] = counts.get("loss_tokens", 0) - counts["behave_kept"]
+    counts.pop("behave_kept", None)
+    counts.pop("loss_tokens", None)
+    return counts
 
 
 # -- trainer state read by areal-debug -------------------------------------------------

@@ -245,6 +245,22 @@ class CompareKeys:
             "single-controller mode (FSDP engines). Needs debug.stage_digests."
         },
     )
+    blame_steps: str = field(
+        default="",
+        metadata={
+            "help": "Dump and replay (SPMD mode): each sample's part in these steps' "
+            "update ('0-9,50', or empty for none), in AReaL's own arithmetic: before "
+            "each mini-batch trains, its train_batch runs again without its "
+            "optimizer step, once whole and once per sample with the other "
+            "samples' loss tokens masked out (same micro-batches, packing and "
+            "dropout masks): each sample's loss contribution, gradient norm and "
+            "projection on the mini-batch's gradient, clipped and capped tokens. "
+            "The step itself trains as without it, bit for bit. Written to "
+            "blame/step-N.json in the run's log folder; read it with "
+            "`areal-debug blame`. Costs one forward and backward pass of the "
+            "mini-batch per sample."
+        },
+    )
     record_trainer_logp: bool = field(
         default=True,
         metadata={
@@ -352,6 +368,11 @@ class DebugConfig(CompareKeys, RunKeys):
             return step in set(self.pin_steps or ())
         return step in StepRanges.parse(spec, "debug.layer_digests=")
 
+    def blame_at(self, step: int) -> bool:
+        """Whether debug.blame_steps asks for step ``step``'s sample parts."""
+        spec = str(self.blame_steps or "").strip()
+        return bool(spec) and step in StepRanges.parse(spec, "debug.blame_steps=")
+
     def kept_stage_tensors(self) -> frozenset[str]:
         """The stages whose full per-token tensors a run keeps."""
         if self.record_stage_tensors:
@@ -408,6 +429,13 @@ class DebugConfig(CompareKeys, RunKeys):
             except ValueError as e:
                 raise DebugConfigError(
                     f"{e} debug.layer_digests is true, false, pinned or steps."
+                ) from None
+        if str(self.blame_steps or "").strip():
+            try:
+                StepRanges.parse(str(self.blame_steps).strip(), "debug.blame_steps=")
+            except ValueError as e:
+                raise DebugConfigError(
+                    f"{e} debug.blame_steps is steps ('3', '0-9,50') or empty."
                 ) from None
         for text in self.anomaly_thresholds:
             parse_threshold(text)

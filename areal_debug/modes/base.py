@@ -13,10 +13,13 @@ from areal_debug import areal_compat, determinism
 from areal_debug.config import DebugConfig, refuse_controller_v2
 from areal_debug.logs import get_logger
 from areal_debug.modes.step_clock import StepClock
+from areal_debug.recording.atomic import atomic_write_json
 from areal_debug.single_controller.probed_engines import WorkerStageProbes
+from areal_debug.stages.blame import SampleBlame
 from areal_debug.stages.names import MODEL_STAGE
 from areal_debug.stages.probes import StageProbes
 from areal_debug.stages.record import StageRecord
+from areal_debug.stages.sample_parts import blame_path, step_parts
 from areal_debug.stages.stage_log import merge_global
 
 logger = get_logger("DebugMode")
@@ -97,6 +100,8 @@ class ActiveMode(DebugMode):
         self.config = None
         # In-process probes (SPMD) or the workers' (single-controller), when on.
         self.stage_probes: StageProbes | WorkerStageProbes | None = None
+        # debug.blame_steps: each sample's part in those steps.
+        self.blame: SampleBlame | None = None
         self.worker_probes = WorkerStageProbes()
         self._model_digested = False
         # AReaL up to cbff54d calls prepare_batch once a step: each call's batch
@@ -201,6 +206,9 @@ class ActiveMode(DebugMode):
                 self.debug.kept_stage_tensors(),
                 self.uses_recorded_ref(),
             )
+        if str(self.debug.blame_steps or "").strip():
+            # After the stage probes: its passes run outside their digests.
+            self.blame = self.topology.start_blame(self.trainer, self.patches)
 
     def wants_layer_digests(self, step: int) -> bool:
         """Whether the log-prob forward pass of step ``step`` digests the layers."""
@@ -260,6 +268,8 @@ class ActiveMode(DebugMode):
             if step is None:
                 return batch  # more of the step's batch: it is already current
             self.on_batch_ready(step)
+            if self.blame is not None:
+                self.blame.on = self.debug.blame_at(step)
             if self.stage_probes is not None:
                 self.topology.digest_layers(
                     self.stage_probes, self.wants_layer_digests(step)
@@ -308,6 +318,8 @@ class ActiveMode(DebugMode):
         self.batch_complete(step)
         if self.stage_probes is not None:
             self._gather_stages(step)
+        if self.blame is not None and self.blame.on:
+            self._write_blame(step)
 
         # Every process joins: each data-parallel head watches its own engine.
         local = self.local_rollout_failures(step)
@@ -322,6 +334,15 @@ class ActiveMode(DebugMode):
         areal_compat.export_and_commit_stats(
             self.trainer, epoch, epoch_step, step, seen
         )
+
+    def _write_blame(self, step: int) -> None:
+        gathered = self.topology.gather_blame(self.trainer, self.blame)
+        if not gathered:
+            return  # not the coordinator
+        path = blame_path(areal_compat.stats_log_dir(self.trainer), step)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        atomic_write_json(path, step_parts(step, gathered, self.debug.path))
+        logger.info(f"Step {step}: each sample's part written to {path}.")
 
     def _gather_stages(self, step: int) -> None:
         # Every rank joins the gather; the digests are a few KiB per rank.

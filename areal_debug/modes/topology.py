@@ -36,6 +36,7 @@ from areal_debug.single_controller.watched_engines import (
     take_rollout_failures,
 )
 from areal_debug.single_controller.worker_reaper import WorkerReaper
+from areal_debug.stages.blame import SampleBlame
 from areal_debug.stages.probes import StageProbes
 from areal_debug.stages.recorded_ref_logp import RecordedRefLogp
 
@@ -140,6 +141,19 @@ class Topology:
         forward pass."""
         return None
 
+    def start_blame(self, trainer, patches) -> SampleBlame | None:
+        """Start the blame passes (debug.blame_steps) where the actor trains;
+        None where this mode has none yet (said why)."""
+        logger.warning(
+            f"debug.blame_steps is not available in {self.name} mode yet: the "
+            "actor trains in the RPC workers. The run goes on without it."
+        )
+        return None
+
+    def gather_blame(self, trainer, blame: SampleBlame) -> list | None:
+        """Every rank's parts of the step on the coordinator (None elsewhere)."""
+        return None
+
     def hand_over_ref_logp(self, probes, step: int, tensors: dict) -> None:
         """Give the reference engines the step's recorded log-probs."""
 
@@ -195,6 +209,14 @@ class SpmdTopology(Topology):
         probes = StageProbes(keep, RecordedRefLogp() if recorded_ref else None)
         probes.install(trainer, patches)
         return probes
+
+    def start_blame(self, trainer, patches) -> SampleBlame:
+        blame = SampleBlame(areal_compat.stage_engines(trainer)["actor"])
+        blame.install(patches)
+        return blame
+
+    def gather_blame(self, trainer, blame: SampleBlame) -> list | None:
+        return self._gather(trainer, blame.take())
 
     def hand_over_ref_logp(self, probes, step: int, tensors: dict) -> None:
         probes.recorded_ref.hand_over(step, tensors)

@@ -41,6 +41,8 @@ REPLAY_REPORT_NAME = "replay_report.json"
 # be compared with each other (``areal-debug selfcheck``), not only with the
 # recording.
 REPLAY_STAGES_DIRNAME = "replay_stages"
+# Each blamed step's sample parts (debug.blame_steps), in the run's log folder.
+BLAME_DIRNAME = "blame"
 
 
 class StepRanges:

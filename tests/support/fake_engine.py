@@ -33,6 +33,11 @@ BAD_REWARD_STEP_ENV = "AREAL_DEBUG_TEST_BAD_REWARD_STEP"
 # executor does.
 FAILED_REQUEST_ENV = "AREAL_DEBUG_TEST_FAILED_REQUEST"
 FAILED_REQUEST_ERROR = "Malformed generation result: a planted engine failure"
+# An injected NaN reward, "STEP:GROUP/SAMPLE": in a fresh run's STEPth batch, that
+# sample of that group (the prompt's trajectory) scores NaN, as a broken reward
+# function would; AReaL's group normalisation then makes the whole group's
+# advantages NaN (tests/test_blame.py traces it back to the one sample).
+NAN_REWARD_ENV = "AREAL_DEBUG_TEST_NAN_REWARD"
 
 
 class FakeRolloutEngine:
@@ -54,6 +59,12 @@ class FakeRolloutEngine:
         self._failed_request_step = (
             int(failed[0]) if len(failed) == 2 and int(failed[1]) == rank else None
         )
+        nan = os.environ.get(NAN_REWARD_ENV)
+        self._nan_reward = None
+        if nan:
+            step, place = nan.split(":")
+            group, sample = place.split("/")
+            self._nan_reward = (int(step), int(group), int(sample))
         self.digit_ids = [tokenizer.convert_tokens_to_ids(str(d)) for d in range(19)]
         self.eos = tokenizer.eos_token_id
         # A resumed PPOTrainer syncs the executor's staleness manager (none here);
@@ -127,6 +138,9 @@ class FakeRolloutEngine:
         if self._batches == self._bad_step:
             for traj in batch:
                 traj["rewards"] = traj["rewards"] - 5.0
+        if self._nan_reward is not None and self._nan_reward[0] == self._batches:
+            _, group, sample = self._nan_reward
+            batch[group]["rewards"][sample] = float("nan")
         self._batches += 1
         return batch
 

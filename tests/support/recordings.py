@@ -3,7 +3,7 @@
 
 - ``spmd_d1``: SPMD, one process (torchrun), the fake engine, attention dropout
   active in training, 5 steps with an AReaL recover checkpoint after each (kept
-  with the recording);
+  with the recording), each sample's part in step 0 computed (``debug.blame_steps``);
 - ``spmd_d2``: SPMD, two data-parallel heads, started through
   ``areal_debug.launcher.local`` (train-only allocation: the fake engine needs no
   server), one mini-batch a step, 5 steps; the second head's engine fails one
@@ -113,6 +113,9 @@ def spmd_d1(tmp_path_factory, tiny_assets) -> Recorded:
             # Step 0's layers, for the replays that change the model
             # (tests/test_layer_digests.py).
             "debug.layer_digests=0",
+            # Each sample's part in step 0 (tests/test_blame.py): its replays
+            # are bit for bit all the same.
+            "debug.blame_steps=0",
         ],
     )
     assert run.returncode == 0, run.log[-3000:]
@@ -211,6 +214,8 @@ def spmd_d1_replay(spmd_d1) -> Run:
             *DROPOUT,
             f"total_train_steps={SPMD_D1_STEPS}",
             "debug.replay_rollout_data=true",
+            # And step 1's, in the replay (tests/test_blame.py).
+            "debug.blame_steps=1",
         ],
     )
 

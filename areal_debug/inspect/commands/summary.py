@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
-"""``areal-debug inspect``: what a recording holds, step by step.
+"""``areal-debug inspect``: what a recording holds, step by step; and
+``areal-debug verify``: whether it is sound (every payload's checksum and safe
+loading, and the steps a replay cannot use; exit status 1 on any problem).
 
-It reads the manifest and each step's ``step.json`` only (never a payload), so it
-loads neither torch nor AReaL.
+``inspect`` reads the manifest and each step's ``step.json`` only (never a
+payload), so it loads neither torch nor AReaL.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from areal_debug.recording.lock import describe
 from areal_debug.recording.reader import RecordingReader, format_ranges
 
 ABOUT = "show what a recording holds"
+VERIFY_ABOUT = "check every payload's checksum and safe loading"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -99,3 +102,52 @@ def _step_row(reader: RecordingReader, step: int) -> str:
         f"{step:>6} {meta.epoch:>5} {meta.num_trajectories:>6} {meta.num_tokens:>9} "
         f"{versions:>9} {size:>10}  {'yes' if has_stats else 'no'}"
     )
+
+
+# -- verify ------------------------------------------------------------------------
+def verify(args: argparse.Namespace) -> int:
+    reader = RecordingReader(args.path)
+    writer = reader.writer()
+    steps = reader.available_steps()
+    checked, problems = _verify_steps(reader, steps)
+    bad_files = len(problems)
+    if writer is not None:
+        # Steps after the last complete one are being written, not broken.
+        print(
+            f"NOTE a dump run is still recording ({describe(writer)}): "
+            f"verified the {len(steps)} steps complete when verify started"
+        )
+    for step in reader.incomplete_steps():
+        if writer is not None and step > max(steps, default=-1):
+            print(f"NOTE step {step} is being written")
+            continue
+        problems.append(
+            f"step {step} is incomplete (no step.json): a head did not finish "
+            "writing it; replay cannot use it."
+        )
+    for stop in reader.stopped():
+        # Not a defect of the recording: what was recorded before is whole.
+        print(
+            f"NOTE shard {stop.get('shard')} stopped recording at step "
+            f"{stop.get('step')}: {stop.get('error')}; {reader.stop_consequence(stop)}"
+        )
+    for p in problems:
+        print(f"FAIL {p}")
+    print(
+        f"{checked - bad_files}/{checked} files of {len(steps)} steps verified; "
+        f"{len(problems)} problem(s)."
+    )
+    return 1 if problems else 0
+
+
+def _verify_steps(reader: RecordingReader, steps: list[int]) -> tuple[int, list[str]]:
+    """(files checked, problems found) over ``steps``, with a progress bar for a
+    person at a terminal."""
+    from areal_debug.inspect.common import track
+
+    checked, problems = 0, []
+    for step in track(steps, "verifying", total=len(steps)):
+        files, found = reader.verify_step(step)
+        checked += files
+        problems += found
+    return checked, problems
