@@ -3,8 +3,9 @@
 #   make setup AREAL=2.0.0 VENV=.venv-a2   the same with AReaL 2.0.0, at .venv-a2
 #   make test    set up if needed, then run the test suite (no system installs), all
 #                but the lifecycle tests (marker lifecycle: signals, kills, crashes and
-#                a full disk ending AReaL runs, a minute or more each)
-#   make test-lifecycle  those lifecycle tests (.ci/run and make reliability run them)
+#                a full disk ending AReaL runs, a minute or more each) and the
+#                rehearsal of make gpu-check on CPU (marker rehearsal, four minutes)
+#   make test-lifecycle  those tests (.ci/run and make reliability run them)
 #   make test-leg AREAL=2.0.0 VENV=.venv-a2   the tests every supported AReaL runs
 #                (marker each_areal): contract, SPMD and single-controller
 #                dump/replay, that release's own example scripts
@@ -62,10 +63,10 @@ $(STAMP): pyproject.toml requirements/cpu.txt requirements/constraints-cpu.txt $
 PYTEST := OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 3 --dist loadgroup --no-loadscope-reorder --durations=15
 
 test: setup
-	$(PYTEST) -m "not lifecycle" tests
+	$(PYTEST) -m "not lifecycle and not rehearsal" tests
 
 test-lifecycle: setup
-	$(PYTEST) -m lifecycle tests
+	$(PYTEST) -m "lifecycle or rehearsal" tests
 
 # One leg per supported AReaL: `make test-leg AREAL=2.0.0 VENV=.venv-a2`.
 test-leg: setup

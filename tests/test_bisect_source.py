@@ -51,8 +51,11 @@ def _edit(repo, path: str, old: str, new: str) -> None:
 
 
 def _areal_history(repo) -> dict[str, str]:
-    """Six revisions of the installed AReaL: base (good), a comment, one that does
-    not import, its fix, the planted change, a comment (bad)."""
+    """Four revisions of the installed AReaL: base (good), one that does not
+    import, its fix, and the planted change (bad). The bisect tries good and bad,
+    then the one between them that does not import (skipped), then its fix (the
+    same as good): the planted change is the first that moves the step. Four
+    replays, the fewest that try each outcome."""
     import areal
 
     shutil.copytree(
@@ -62,8 +65,6 @@ def _areal_history(repo) -> dict[str, str]:
     )
     subprocess.run(["git", "init", "-q", repo], check=True)
     revs = {"good": _commit(repo, "AReaL as installed")}
-    _edit(repo, ACTOR, LINE, LINE + "  # a comment")
-    revs["comment"] = _commit(repo, "a comment")
     trainer = os.path.join(repo, TRAINER)
     with open(trainer) as f:
         source = f.read()
@@ -73,10 +74,8 @@ def _areal_history(repo) -> dict[str, str]:
     with open(trainer, "w") as f:
         f.write(source)
     revs["fixed"] = _commit(repo, "imports again")
-    _edit(repo, ACTOR, LINE + "  # a comment", PLANTED)
-    revs["planted"] = _commit(repo, "scale the rewards once more")
-    _edit(repo, ACTOR, PLANTED, PLANTED + "  # another comment")
-    revs["bad"] = _commit(repo, "another comment")
+    _edit(repo, ACTOR, LINE, PLANTED)
+    revs["planted"] = revs["bad"] = _commit(repo, "scale the rewards once more")
     return revs
 
 

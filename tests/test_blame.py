@@ -14,7 +14,6 @@ import math
 import os
 
 import pytest
-from support.fake_engine import NAN_REWARD_ENV
 from support.harness import replay_report, run_torchrun
 from support.workdirs import make_workdir
 
@@ -113,6 +112,10 @@ def test_a_replays_blamed_step_parts_add_up_and_the_replay_stays_bitwise(
 @pytest.fixture(scope="module")
 def nan_run(tmp_path_factory, tiny_assets):
     """One step whose group NAN_GROUP has one NaN reward, blamed in its dump."""
+    # Here, not at the top: the fake engine imports AReaL, which would rebind the
+    # loggers of the CLI commands the other tests of this worker run.
+    from support.fake_engine import NAN_REWARD_ENV
+
     d = make_workdir(tmp_path_factory.mktemp("nan_reward"), tiny_assets)
     run = run_torchrun(
         str(d),

@@ -357,7 +357,10 @@ def interrupted_demo(wd, sc: bool, *overrides: str) -> subprocess.CompletedProce
     return run
 
 
-@pytest.mark.apart
+# A demo killed and resumed (lifecycle: make test-lifecycle, CI): AReaL's own
+# draw-ahead is checked in seconds by the contract test ("draws: ..."), and the
+# interrupted demo of make test is the lossless one below.
+@pytest.mark.lifecycle
 def test_a_resume_skips_the_batch_areal_drew_ahead(tmp_path):
     """AReaL's dispatcher drew step 1's batch during step 0, before step 0's
     recover checkpoint stored the dataloader's position: the resumed run starts

@@ -82,8 +82,8 @@ def demo_processes(workdir: Path) -> list[int]:
     return found
 
 
-@pytest.mark.areal
 @pytest.mark.areal  # the demo and selfcheck run AReaL's trainer
+@pytest.mark.rehearsal  # four minutes of a tool for another machine: CI runs it
 def test_gpu_check_runs_every_step_and_sums_up(tmp_path):
     run = run_check(
         tmp_path,

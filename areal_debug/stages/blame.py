@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -43,19 +42,13 @@ import torch.distributed as dist
 
 from areal_debug import areal_compat
 from areal_debug.logs import get_logger
-from areal_debug.stages.layers import token_key
+from areal_debug.stages.sample_parts import sample_key
 
 logger = get_logger("DebugBlame")
 
 # The whole mini-batch's loss mask, carried beside each pass's cleared one: the
 # micro-batches' loss weights stay the whole mini-batch's.
 _FULL_MASK = "areal_debug_full_loss_mask"
-
-
-def sample_key(tokens: torch.Tensor) -> str:
-    """A sample's name by its tokens (where its attention mask is set): the
-    recorded row it is, wherever AReaL moved it (``sample_parts.attach_recorded``)."""
-    return hashlib.sha1(token_key(tokens)).hexdigest()[:16]
 
 
 class SampleBlame:

@@ -6,12 +6,22 @@ first non-finite part entered (docs/format.md "Sample parts").
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 from typing import Any
 
 from areal_debug.recording.format import BLAME_DIRNAME, RecordingError, step_dirname
+
+
+def sample_key(tokens) -> str:
+    """A sample's name by its tokens (int64, where its attention mask is set):
+    the recorded row it is, wherever AReaL moved it (``attach_recorded``)."""
+    from areal_debug.stages.layers import token_key
+
+    return hashlib.sha1(token_key(tokens)).hexdigest()[:16]
+
 
 # What a blame file holds (docs/format.md "Sample parts").
 BLAME_FORMAT = 1
@@ -86,7 +96,6 @@ def attach_recorded(samples: list[dict[str, Any]], batch: list) -> list[str]:
     samples no recorded row has (none, unless the recording is not the run's)."""
     import torch
 
-    from areal_debug.stages.blame import sample_key
     from areal_debug.stages.layers import sample_tokens
 
     places: dict[str, list[tuple[int, int, float | None]]] = {}

@@ -386,6 +386,8 @@ def _replay_yaml(
         keep_last_steps=None,
         max_disk_gb=None,
         pin_steps=[],
+        # Its step replays as recorded; blame it with debug.blame_steps=N.
+        blame_steps="",
     )
     cfg["debug"] = debug
     cfg["total_train_steps"] = target + 1
