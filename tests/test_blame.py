@@ -196,3 +196,42 @@ def test_the_origin_is_looked_for_in_the_steps_order():
     assert sample_parts.origin(samples)["entered"] == "loss"
     samples[1]["loss"] = 0.5
     assert sample_parts.origin(samples) is None
+
+
+def test_the_step_without_the_nan_rewards_group_is_finite(nan_run):
+    """debug.drop_samples: the step replayed without the origin's group (its
+    rewards are normalised in groups, so the group goes whole), the rest of the
+    batch as recorded: its loss and gradient are finite again, the story names
+    what was dropped, and the blamed step's parts add up."""
+    d, _ = nan_run
+    dropped = f"{NAN_STEP}:{NAN_GROUP}/*"
+    run = run_torchrun(
+        str(d),
+        "dropped",
+        1,
+        [
+            "total_train_steps=1",
+            "debug.replay_rollout_data=true",
+            "debug.replay_trial_name=dropped",
+            f"debug.drop_samples={dropped}",
+            f"debug.blame_steps={NAN_STEP}",
+        ],
+    )
+    assert run.returncode == 0, run.log[-3000:]
+    stats = run.stats_by_step()[NAN_STEP]
+    assert math.isfinite(stats["ppo_actor/update/actor_loss/avg"])
+    assert math.isfinite(stats["ppo_actor/update/grad_norm"])
+    report = replay_report(str(d), trial="dropped")
+    (change,) = [
+        c for c in report["config_changes"] if c["key"] == "debug.drop_samples"
+    ]
+    assert (change["recorded"], change["replay"]) == ("", dropped)
+    assert "debug.drop_samples" in report["headline"]
+    # The asked-for divergence is said, not warned.
+    assert "WARNING" not in "".join(
+        line for line in run.log.splitlines() if "diverged from the recording" in line
+    )
+    rc, data = blame_json(run_log_dir(d, "dropped"), NAN_STEP)
+    assert rc == 0 and data["finite"] is True
+    assert {s["group"] for s in data["samples"]} == set(range(8)) - {NAN_GROUP}
+    assert data["grad_share_sum"] == pytest.approx(1.0, abs=1e-5)

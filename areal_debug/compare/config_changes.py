@@ -60,6 +60,8 @@ TRAINING_KEYS = (
     "actor.adaptive_tree",
     "rollout.agent.prm",
     "mopd",
+    # A replay's what-if on the batch itself: the samples it leaves out.
+    "debug.drop_samples",
 )
 # Keys that decide the shapes and kernels of the training forward: changed, even a
 # step that trains the same weights on the same batch rounds differently on a GPU.
@@ -132,10 +134,17 @@ def config_dict(config, debug) -> dict[str, Any]:
     return json.loads(json.dumps(whole, default=str))
 
 
+# areal-debug's own keys of TRAINING_KEYS: a recording made before one existed
+# had its default (not another AReaL build's setting).
+OWN_KEY_DEFAULTS = {"debug.drop_samples": ""}
+
+
 def training_changes(recorded: dict, current: dict) -> list[ConfigChange]:
     """Training-relevant keys (TRAINING_KEYS, GROUPING_KEYS) whose value differs,
-    by dotted key; a key one side lacks reads as ABSENT."""
-    a, b = _flatten(recorded), _flatten(current)
+    by dotted key; a key one side lacks reads as ABSENT (areal-debug's own: its
+    default)."""
+    a = {**OWN_KEY_DEFAULTS, **_flatten(recorded)}
+    b = {**OWN_KEY_DEFAULTS, **_flatten(current)}
     return [
         ConfigChange(key, a.get(key, ABSENT), b.get(key, ABSENT))
         for key in sorted(set(a) | set(b))

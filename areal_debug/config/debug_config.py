@@ -261,6 +261,20 @@ class CompareKeys:
             "mini-batch per sample."
         },
     )
+    drop_samples: str = field(
+        default="",
+        metadata={
+            "help": "Replay: leave these samples out of their steps' batches, the "
+            "rest of each batch as recorded: 'STEP:GROUP/SAMPLE' or "
+            "'STEP:GROUP/*' (the whole group), comma-separated, in the recording's "
+            "numbering (areal-debug show, areal-debug blame). What the step's update "
+            "would have been without them: the story names them, and "
+            "`areal-debug diff` of this replay against another shows the update's "
+            "difference. A sample alone cannot leave a group whose rewards AReaL "
+            "normalises in groups (actor.reward_norm at group level): drop its "
+            "whole group there."
+        },
+    )
     record_trainer_logp: bool = field(
         default=True,
         metadata={
@@ -368,6 +382,10 @@ class DebugConfig(CompareKeys, RunKeys):
             return step in set(self.pin_steps or ())
         return step in StepRanges.parse(spec, "debug.layer_digests=")
 
+    def dropped_samples(self) -> dict[int, dict[int, frozenset[int] | None]]:
+        """debug.drop_samples as {step: {group: its samples, or None for all}}."""
+        return parse_drops(str(self.drop_samples or ""))
+
     def blame_at(self, step: int) -> bool:
         """Whether debug.blame_steps asks for step ``step``'s sample parts."""
         spec = str(self.blame_steps or "").strip()
@@ -430,6 +448,14 @@ class DebugConfig(CompareKeys, RunKeys):
                 raise DebugConfigError(
                     f"{e} debug.layer_digests is true, false, pinned or steps."
                 ) from None
+        if str(self.drop_samples or "").strip():
+            if self.dump_rollout_data:
+                raise DebugConfigError(
+                    f"debug.drop_samples={self.drop_samples!r} is a replay's what-if "
+                    "(the step without those samples); a dump records what the "
+                    "rollout made. Drop it from the dump, and replay with it."
+                )
+            self.dropped_samples()  # raises naming the bad part
         if str(self.blame_steps or "").strip():
             try:
                 StepRanges.parse(str(self.blame_steps).strip(), "debug.blame_steps=")
@@ -489,3 +515,31 @@ class DebugConfig(CompareKeys, RunKeys):
     @property
     def enabled(self) -> bool:
         return self.dump_rollout_data or self.replay_rollout_data
+
+
+def parse_drops(spec: str) -> dict[int, dict[int, frozenset[int] | None]]:
+    """'STEP:GROUP/SAMPLE' or 'STEP:GROUP/*', comma-separated, as {step: {group:
+    samples or None}}; a DebugConfigError naming the bad part."""
+    out: dict[int, dict[int, frozenset[int] | None]] = {}
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        try:
+            step_text, place = part.split(":", 1)
+            group_text, sample_text = place.split("/", 1)
+            step, group = int(step_text), int(group_text)
+            sample = None if sample_text.strip() == "*" else int(sample_text)
+            if step < 0 or group < 0 or (sample is not None and sample < 0):
+                raise ValueError
+        except ValueError:
+            raise DebugConfigError(
+                f"debug.drop_samples={spec!r}: {part!r} is not STEP:GROUP/SAMPLE or "
+                "STEP:GROUP/* (e.g. '3:2/1,3:5/*': step 3's group 2 sample 1 and "
+                "all of group 5)."
+            ) from None
+        groups = out.setdefault(step, {})
+        if sample is None or groups.get(group, frozenset()) is None:
+            groups[group] = None
+        else:
+            groups[group] = groups.get(group, frozenset()) | {sample}
+    return out

@@ -78,6 +78,7 @@ class ReplayMode(ActiveMode):
             self.reader.recorded_stages
         )
         replay_setup.refuse_unsupported(config, self.reader.manifest)
+        replay_setup.refuse_bad_drops(config, self.reader, self.debug)
         self.plan = ReplayPlan.of(
             self.debug.path,
             self.debug.replay_start_step,
@@ -98,7 +99,7 @@ class ReplayMode(ActiveMode):
 
     def build_dataloader(self, default: Callable, dataset, dataset_config, rank, ws):
         if dataset_config is self.trainer.config.train_dataset:
-            return ReplayDataLoader(self.reader, dp_rank=rank, dp_size=ws)
+            return ReplayDataLoader(self.reader, rank, ws, self.debug.dropped_samples())
         return default(dataset, dataset_config, rank, ws)
 
     def build_inference_engine(self, default: Callable, rollout_config, is_eval, lora):
@@ -138,8 +139,9 @@ class ReplayMode(ActiveMode):
         actor = self.trainer.actor
         self.trainer.train_dataloader = ReplayDataLoader(
             self.reader,
-            dp_rank=actor.data_parallel_rank,
-            dp_size=actor.data_parallel_world_size,
+            actor.data_parallel_rank,
+            actor.data_parallel_world_size,
+            self.debug.dropped_samples(),
         )
         logger.info(
             "Replay: online mode (rollout.agent.mode=online): the recording stands "

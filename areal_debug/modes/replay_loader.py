@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from areal_debug.recording.reader import RecordingReader
+from areal_debug.recording.reader import RecordingReader, reshard
 
 
 class ReplayDataLoader:
@@ -21,10 +21,18 @@ class ReplayDataLoader:
     AReaL's RecoverHandler saves and restores it with its checkpoints.
     """
 
-    def __init__(self, reader: RecordingReader, dp_rank: int, dp_size: int):
+    def __init__(
+        self,
+        reader: RecordingReader,
+        dp_rank: int,
+        dp_size: int,
+        drops: dict[int, dict[int, frozenset[int] | None]] | None = None,
+    ):
         self.reader = reader
         self.dp_rank = dp_rank
         self.dp_size = dp_size
+        # debug.drop_samples: {step: {group: samples or None (all)}}.
+        self.drops = drops or {}
         self.next_step = 0
         # AReaL reads batch_size off dataloaders in a few places (e.g. online mode).
         self.batch_size = None
@@ -58,10 +66,32 @@ class ReplayDataLoader:
         if step not in self._prefetched:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(1, thread_name_prefix="replay-read")
-            self._prefetched[step] = self._pool.submit(
-                self.reader.load_for_head, step, self.dp_rank, self.dp_size
-            )
+            self._prefetched[step] = self._pool.submit(self._load, step)
         return self._prefetched[step]
+
+    def _load(self, step: int) -> list[dict[str, Any]]:
+        """This head's part of the step, less the samples dropped from it."""
+        if step not in self.drops:
+            return self.reader.load_for_head(step, self.dp_rank, self.dp_size)
+        shards = [
+            self.reader.load_shard(step, shard)
+            for shard in range(self.reader.num_shards)
+        ]
+        kept, first = [], 0
+        for shard in shards:
+            # The groups keep their recorded numbering across the shards.
+            kept.append(_without(shard, self.drops[step], first))
+            first += len(shard)
+        if self.dp_size == self.reader.num_shards:
+            return kept[self.dp_rank]  # each head its recorded groups, less drops
+        whole = [traj for shard in kept for traj in shard]
+        return reshard(
+            whole,
+            self.dp_rank,
+            self.dp_size,
+            step=step,
+            num_shards=self.reader.num_shards,
+        )
 
     def close(self) -> None:
         self._prefetched.clear()
@@ -86,3 +116,74 @@ class ReplayDataLoader:
         self._prefetched = {
             k: v for k, v in self._prefetched.items() if k >= self.next_step
         }
+
+
+def _without(
+    groups: list[dict[str, Any]], drops: dict[int, frozenset[int] | None], first: int
+) -> list[dict[str, Any]]:
+    """``groups`` (numbered from ``first``) less the dropped ones and the dropped
+    samples (rows) of the others."""
+    out = []
+    for i, traj in enumerate(groups):
+        dropped = drops.get(first + i, frozenset())
+        if dropped is None:
+            continue
+        out.append(_rows_without(traj, dropped) if dropped else traj)
+    return out
+
+
+def _rows_without(traj: dict[str, Any], rows: frozenset[int]) -> dict[str, Any]:
+    """A group's dict without the rows ``rows``: every tensor whose first dimension
+    is its samples is cut; the rest is kept as recorded."""
+    import torch
+
+    n = _samples_of(traj)
+    keep = torch.tensor([r for r in range(n) if r not in rows], dtype=torch.long)
+    return {
+        key: value.index_select(0, keep)
+        if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == n
+        else value
+        for key, value in traj.items()
+    }
+
+
+def _samples_of(traj: dict[str, Any]) -> int:
+    ids = traj.get("input_ids")
+    return int(ids.shape[0]) if ids is not None and ids.dim() == 2 else 1
+
+
+def check_drops(
+    reader: RecordingReader,
+    drops: dict[int, dict[int, frozenset[int] | None]],
+    group_normalised: bool,
+) -> list[str]:
+    """Why debug.drop_samples cannot be replayed (a step, group or sample the
+    recording lacks; a sample alone out of a group AReaL normalises), each a
+    sentence; empty when it can."""
+    problems = []
+    for step, groups in sorted(drops.items()):
+        if not reader.has_step(step):
+            problems.append(f"step {step} is not in the recording")
+            continue
+        batch = reader.load_batch(step)
+        for group, samples in sorted(groups.items()):
+            if group >= len(batch):
+                problems.append(
+                    f"step {step} has groups 0-{len(batch) - 1}, not group {group}"
+                )
+                continue
+            n = _samples_of(batch[group])
+            missing = sorted(s for s in samples or () if s >= n)
+            if missing:
+                problems.append(
+                    f"step {step} group {group} has samples 0-{n - 1}, not "
+                    f"{', '.join(map(str, missing))}"
+                )
+            elif samples is not None and group_normalised and len(samples) < n:
+                problems.append(
+                    f"step {step} group {group}: AReaL normalises rewards in groups "
+                    f"of {n} here (actor.reward_norm at group level), so a sample "
+                    f"cannot leave its group alone; drop the whole group "
+                    f"({step}:{group}/*)"
+                )
+    return problems

@@ -6,6 +6,7 @@ restores."""
 from __future__ import annotations
 
 from areal_debug.logs import get_logger
+from areal_debug.modes.replay_loader import check_drops
 from areal_debug.recording import checkpoints
 from areal_debug.recording.format import RecordingError
 from areal_debug.recording.lock import describe
@@ -58,6 +59,26 @@ def refuse_unsupported(config, manifest) -> None:
             f"for bit: {ADAPTIVE_TREE_WHY}. Replay with actor.adaptive_tree=null "
             "(the step then trains with the static layout, and the story names the "
             "change), or record and replay without it."
+        )
+
+
+def refuse_bad_drops(config, reader: RecordingReader, debug) -> None:
+    """debug.drop_samples that this recording cannot replay: every reason, before
+    any model is built."""
+    drops = debug.dropped_samples()
+    if not drops:
+        return
+    norm = getattr(config.actor, "reward_norm", None)
+    group_normalised = "group" in (
+        getattr(norm, "mean_level", None),
+        getattr(norm, "std_level", None),
+    )
+    problems = check_drops(reader, drops, group_normalised)
+    if problems:
+        raise UnsupportedReplayError(
+            f"debug.drop_samples={debug.drop_samples!r} cannot be replayed: "
+            + "; ".join(problems)
+            + ". The numbering is the recording's (areal-debug show REC --step N)."
         )
 
 
