@@ -97,6 +97,7 @@ bench: setup
 	run replay_wait $$one benchmarks/replay_wait.py --workdir $$d; \
 	run compression $$one benchmarks/compression.py --workdir $$d --reuse; \
 	run stage_digest_cost $$one benchmarks/stage_digest_cost.py --workdir $$d --reuse; \
+	run blame_cost $$one benchmarks/blame_cost.py --workdir $$d --reuse; \
 	run recorder_memory $$one benchmarks/recorder_memory.py; \
 	run end_to_end $$one benchmarks/end_to_end.py; \
 	run step_n $$one benchmarks/step_n.py; \

@@ -14,10 +14,13 @@ import math
 import os
 
 import pytest
-from support.harness import replay_report, run_torchrun
+from support.browser import missing_browser, open_page
+from support.harness import recording_dir, replay_report, run_torchrun
+from support.system_parts import missing_system_part
 from support.workdirs import make_workdir
 
 from areal_debug.cli import main as cli
+from areal_debug.inspect.page import report as html_report
 from areal_debug.recording.reader import RecordingReader
 from areal_debug.stages import sample_parts
 
@@ -35,6 +38,10 @@ def blame_json(run_dir: str, step: int) -> tuple[int, dict]:
     with contextlib.redirect_stdout(out):
         rc = cli(["blame", run_dir, "--step", str(step), "--json"])
     return rc, json.loads(out.getvalue())
+
+
+def recording_of(workdir) -> str:
+    return recording_dir(str(workdir), "tiny", "t0")
 
 
 def run_log_dir(workdir, trial: str) -> str:
@@ -132,7 +139,7 @@ def nan_run(tmp_path_factory, tiny_assets):
     return d, run
 
 
-def test_a_nan_reward_is_traced_to_its_sample(nan_run, capsys):
+def test_a_nan_reward_is_traced_to_its_sample(nan_run, capsys, tmp_path):
     """The NaN reward makes its group's normalised rewards NaN, the batch's
     advantages with them (normalised over the batch), and the step's loss and
     gradient; the origin is the one sample whose reward is NaN, through its
@@ -158,6 +165,19 @@ def test_a_nan_reward_is_traced_to_its_sample(nan_run, capsys):
         (s["group"], s["sample"]) for s in data["samples"] if not s["reward_finite"]
     ]
     assert nan_rewards == [(NAN_GROUP, NAN_SAMPLE)]
+    # The page of the dump's recording and its log folder opens on the origin.
+    out = tmp_path / "nan.html"
+    html_report.build_report(recording_of(d), run_dir, str(out))
+    if (why := missing_browser()) is not None:
+        missing_system_part(why)
+    with open_page(str(out)) as page:
+        assert page.errors == []
+        assert f"group {NAN_GROUP}" in page.inner_text("#blame-origin")
+        # Opened with no link: on the origin's tokens.
+        assert (
+            f"Step {NAN_STEP}, group {NAN_GROUP}, sample {NAN_SAMPLE}"
+            in page.inner_text("#traj")
+        )
     # The view says it in one line, with the sample's text.
     assert cli(["blame", run_dir, "--step", str(NAN_STEP)]) == 0
     out = capsys.readouterr().out

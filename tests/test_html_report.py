@@ -404,11 +404,20 @@ def test_report_of_the_suites_recording_and_its_replay(
     row = data["details"]["2"]["rows"][0]
     assert data["details"]["2"]["prompts"][row["prompt"]].startswith("user: what is")
     assert row["versions"] == [2, 2] and row["staleness"] == [0, 0]
+    # The replay blamed step 1 (debug.blame_steps): its rows carry their shares,
+    # the step its top samples; the other steps neither.
+    blamed = data["details"]["1"]
+    assert len(blamed["blame"]["top"]) == 5 and blamed["blame"]["origin"] is None
+    assert all(isinstance(r["grad_share"], float) for r in blamed["rows"])
+    assert data["details"]["2"]["blame"] is None
     if (why := browser_missing()) is not None:
         missing_system_part(why)
     with open_page(str(out)) as page:
         assert page.errors == [] and page.outside_requests == []
         assert "identical" in page.inner_text("#verdict")
+        page.click(".stepbtn[data-step='1']")
+        assert "Samples that drove this step's update" in page.inner_text("#blame")
+        assert "grad share" in page.inner_text("#traj-table thead")
         buttons = page.locator("#steps .stepbtn").all_inner_texts()
         assert buttons == [f"step {s}" for s in range(5)]
         page.click(".stepbtn[data-step='2']")

@@ -100,6 +100,11 @@ def build_report(
     chosen = _chosen_steps(reader, steps)
     other = RecordingReader(replay) if replay and is_recording(replay) else None
     replay = None if other is not None else replay
+    blame_dir = None
+    if replay is not None:
+        blame_dir = os.path.dirname(replay) if os.path.isfile(replay) else replay
+        if _blame_only(replay):
+            replay = None  # a dump run's log folder: its sample parts, no replay
     notes: list[str] = []
     # Every shown step's statistics, read once: the charts and the AReaL note.
     on_page = set(chosen)
@@ -117,7 +122,7 @@ def build_report(
         )
     notes.extend(f"Coverage: {line}." for line in coverage(reader, chosen).lines())
     limits = StepLimits(max_per_step, max_tokens)
-    details = _step_details(reader, chosen, limits, decoder, report)
+    details = _step_details(reader, chosen, limits, decoder, report, blame_dir)
     data["other"] = (
         other_run(reader, other, chosen, details, limits, decoder) if other else None
     )
@@ -342,13 +347,40 @@ def _decoder(
         return Decoder(), path
 
 
-def _step_details(reader, chosen, limits, decoder, report) -> dict[str, Any]:
+def _step_details(
+    reader, chosen, limits, decoder, report, blame_dir: str | None
+) -> dict[str, Any]:
     stage = (report or {}).get("first_stage")
     out = {}
     for step in track(chosen, "reading steps", total=len(chosen)):
         here = stage if stage and stage.get("step") == step else None
-        out[str(step)] = step_detail(reader, step, limits, decoder, here)
+        parts = _blame_parts(blame_dir, reader, step)
+        out[str(step)] = step_detail(reader, step, limits, decoder, here, blame=parts)
     return out
+
+
+def _blame_only(path: str) -> bool:
+    """A run's log folder with sample parts (debug.blame_steps) and no replay
+    report: a dump run's."""
+    from areal_debug.recording.format import BLAME_DIRNAME, REPLAY_REPORT_NAME
+
+    return os.path.isdir(os.path.join(path, BLAME_DIRNAME)) and not os.path.exists(
+        os.path.join(path, REPLAY_REPORT_NAME)
+    )
+
+
+def _blame_parts(blame_dir: str | None, reader, step: int) -> dict[str, Any] | None:
+    """The step's sample parts where the replay computed them (debug.blame_steps),
+    each sample placed in the recording's numbering; None where there are none."""
+    from areal_debug.stages import sample_parts
+
+    if blame_dir is None or not os.path.exists(
+        sample_parts.blame_path(blame_dir, step)
+    ):
+        return None
+    parts = sample_parts.read_parts(blame_dir, step)
+    sample_parts.attach_recorded(parts["samples"], reader.load_batch(step))
+    return parts
 
 
 # -- the page ------------------------------------------------------------------------

@@ -65,10 +65,18 @@ def step_detail(
     decoder: Decoder,
     divergence: dict[str, Any] | None = None,
     only: set[tuple[int, int]] | None = None,
+    blame: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Step ``step`` as the page shows it when the step is clicked; ``divergence``
     is the replay report's first divergent stage when it is this step's; with
-    ``only``, the rows kept are those (group, sample), whatever the limit."""
+    ``only``, the rows kept are those (group, sample), whatever the limit;
+    ``blame``: the step's sample parts (``stages/sample_parts.py``), each row's
+    shares beside it."""
+    shares = {
+        (p["group"], p["sample"]): p
+        for p in (blame or {}).get("samples", [])
+        if "group" in p
+    }
     meta = reader.step_meta(step)
     batch = reader.load_batch(step)
     paired = stage_rows(reader, step, batch, TOKEN_VIEW_STAGES)
@@ -100,6 +108,9 @@ def step_detail(
                     _mark_token(row, positions, marked[1])
                 if layer is not None and layer[0] == (g, r):
                     row["divergent_layer"] = layer[1]
+                if (g, r) in shares:
+                    row["grad_share"] = plain(shares[(g, r)].get("grad_share"))
+                    row["loss_share"] = plain(shares[(g, r)].get("loss_share"))
                 rows.append(row)
             total += 1
     return {
@@ -114,6 +125,40 @@ def step_detail(
         "groups": groups,
         "prompts": prompts,
         "stage_note": stage_note,
+        "blame": _blame_summary(blame) if blame else None,
+    }
+
+
+# The samples a blamed step names at its top.
+TOP_SAMPLES = 5
+
+
+def _blame_summary(blame: dict[str, Any]) -> dict[str, Any]:
+    """What the page says of a blamed step: its top samples by |grad share|, the
+    shares' sums and, where the step is not finite, where it came from."""
+    from areal_debug.stages import sample_parts
+
+    placed = [p for p in blame["samples"] if "group" in p]
+
+    def weight(p: dict[str, Any]) -> float:
+        share = plain(p.get("grad_share"))
+        return abs(share) if isinstance(share, float) else -1.0
+
+    top = sorted(placed, key=weight, reverse=True)[:TOP_SAMPLES]
+    finite = sample_parts.step_is_finite(blame)
+    origin = None if finite else sample_parts.origin(placed)
+    return {
+        "top": [
+            {
+                "group": p["group"],
+                "sample": p["sample"],
+                "grad_share": plain(p.get("grad_share")),
+                "loss_share": plain(p.get("loss_share")),
+            }
+            for p in top
+        ],
+        "grad_share_sum": plain(sum(p.get("grad_share") or 0.0 for p in placed)),
+        "origin": origin and {k: origin[k] for k in ("group", "sample", "entered")},
     }
 
 

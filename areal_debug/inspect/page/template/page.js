@@ -279,9 +279,14 @@ const COLUMNS = [
   ["ptext", "prompt", "text"], ["completion", "completion", "text"],
   // Where the trainer's log-probs were kept: d = trainer - engine at the row's worst token.
   ["worst_delta", "worst Δ", "num"],
+  // A replay with debug.blame_steps: the sample's share of the step's gradient
+  // (its projection on its mini-batch's; signed) and of its loss.
+  ["grad_share", "grad share", "num"], ["loss_share", "loss share", "num"],
   // Two recordings: this sample's pair in b (same prompt and occurrence).
   ["in_b", "in b", "text"],
 ];
+// Columns shown only where a row of the step has a value for them.
+const WHERE_PRESENT = ["worst_delta", "grad_share", "loss_share"];
 function renderStep() {
   const d = D.details[current.step];
   const box = document.getElementById("step");
@@ -291,7 +296,7 @@ function renderStep() {
   const rows = d.rows.map((r) => ({ ...r, gmean: groups[r.group].mean, gstd: groups[r.group].std,
     ptext: d.prompts[r.prompt], version: r.versions ? r.versions[1] : null, stale: r.staleness ? r.staleness[1] : null }));
   if (O) for (const r of rows) r.in_b = inB(current.step, r);
-  const columns = COLUMNS.filter(([key]) => (key !== "worst_delta" || rows.some((r) => r.worst_delta !== undefined)) && (key !== "in_b" || O));
+  const columns = COLUMNS.filter(([key]) => (!WHERE_PRESENT.includes(key) || rows.some((r) => r[key] !== undefined)) && (key !== "in_b" || O));
   const stats = D.series[current.step];
   add(box, el("h2", {}, `Step ${current.step}`),
     el("p", {}, `${d.num_trajectories} trajectories in ${d.num_groups} groups, ${d.num_tokens} tokens, epoch ${d.epoch}, ` +
@@ -299,6 +304,7 @@ function renderStep() {
     d.left_out ? el("p", { class: "note step-cap" }, `${d.left_out} of ${d.num_trajectories} trajectories left out of this page ` +
       `(at most ${D.limits.max_per_step} kept per step); group statistics count them all.`) : null,
     d.stage_note ? el("p", { class: "note" }, d.stage_note) : null,
+    d.blame ? blameNote(current.step, d.blame) : null,
     O ? el("p", { class: "note", id: "vs-b" }, versusB(current.step)) : null);
   const f = current.filter || (current.filter = { rmax: "", rmin: "", lmin: "", text: "" });
   const input = (key, label, cls) => el("label", {}, label + " ",
@@ -330,6 +336,17 @@ function renderStep() {
     document.getElementById("row-count").textContent = `${shown.length} of ${rows.length} trajectories on this page shown`;
   }
   fill();
+}
+// A blamed step (areal-debug blame): its top samples, each a link to its tokens,
+// and where a non-finite step's NaN came from.
+function blameNote(step, b) {
+  const at = (g, r) => el("a", { href: `#step=${step}&group=${g}&sample=${r}` }, `${g}/${r}`);
+  const top = b.top.flatMap((t, k) => [k ? ", " : "", at(t.group, t.sample), ` (${fmt(t.grad_share, 3)})`]);
+  return el("div", { class: "note", id: "blame" },
+    b.origin ? el("p", { class: "bad", id: "blame-origin" }, "Not finite: it entered at group ",
+      at(b.origin.group, b.origin.sample), `'s ${b.origin.entered}.`) : null,
+    el("p", {}, "Samples that drove this step's update (grad share, areal-debug blame): ", ...top,
+      `; the grad shares add up to ${fmt(b.grad_share_sum, 4)}.`));
 }
 function versusB(step) {
   const c = O.compared[step];
@@ -687,5 +704,13 @@ function follow(hash) {
 
 header(); verdict(); notes(); legend(); charts(); steps(); stageReport(); manifest();
 document.getElementById("search").addEventListener("input", (e) => search(e.target.value));
-follow(location.hash);
+// With no link, a step whose loss or gradient is not finite opens on its origin.
+function originLink() {
+  const s = Object.keys(D.details).map(Number).sort((a, b) => a - b)
+    .find((k) => D.details[k].blame && D.details[k].blame.origin);
+  if (s === undefined) return "";
+  const o = D.details[s].blame.origin;
+  return `#step=${s}&group=${o.group}&sample=${o.sample}`;
+}
+follow(location.hash || originLink());
 window.addEventListener("popstate", () => follow(location.hash));
