@@ -410,10 +410,13 @@ def test_a_resume_skips_the_batch_areal_drew_ahead(tmp_path):
     assert "drawn ahead by step 0 before its recover checkpoint" in text
 
 
+# Killed and resumed runs: the single-controller one in make test, the SPMD one
+# with the lifecycle tests (make test-lifecycle, CI); in seconds, the contract
+# test's "draws: lossless resume ..." checks keep what both modes share.
 @pytest.mark.parametrize(
     "sc",
     [
-        pytest.param(False, marks=pytest.mark.apart),
+        pytest.param(False, marks=[pytest.mark.apart, pytest.mark.lifecycle]),
         pytest.param(True, marks=pytest.mark.scheduler(seed=LOSSLESS_SEED)),
     ],
     ids=["spmd", "single-controller"],
