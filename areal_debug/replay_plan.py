@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from areal_debug.recording.checkpoints import latest_before
+from areal_debug.recording.reader import RecordingReader
 
 
 @dataclass(frozen=True)
@@ -95,3 +96,61 @@ ADAPTIVE_TREE_WHY = (
 def uses_adaptive_tree(config) -> bool:
     """The run plans its tree layout adaptively (``actor.adaptive_tree`` set)."""
     return getattr(getattr(config, "actor", None), "adaptive_tree", None) is not None
+
+
+# -- debug.drop_samples: what a recording can replay without --------------------------
+def samples_of(traj) -> int:
+    """The samples (rows) of a recorded group's dict."""
+    ids = traj.get("input_ids")
+    return int(ids.shape[0]) if ids is not None and ids.dim() == 2 else 1
+
+
+def drop_problems(config, reader: RecordingReader, debug) -> list[str]:
+    """Why debug.drop_samples cannot be replayed from this recording (each a
+    sentence; none where it can): the replay's refusal and doctor's findings."""
+    drops = debug.dropped_samples()
+    if not drops:
+        return []
+    norm = getattr(config.actor, "reward_norm", None)
+    group_normalised = "group" in (
+        getattr(norm, "mean_level", None),
+        getattr(norm, "std_level", None),
+    )
+    return check_drops(reader, drops, group_normalised)
+
+
+def check_drops(
+    reader: RecordingReader,
+    drops: dict[int, dict[int, frozenset[int] | None]],
+    group_normalised: bool,
+) -> list[str]:
+    """Why debug.drop_samples cannot be replayed (a step, group or sample the
+    recording lacks; a sample alone out of a group AReaL normalises), each a
+    sentence; empty when it can."""
+    problems = []
+    for step, groups in sorted(drops.items()):
+        if not reader.has_step(step):
+            problems.append(f"step {step} is not in the recording")
+            continue
+        batch = reader.load_batch(step)
+        for group, samples in sorted(groups.items()):
+            if group >= len(batch):
+                problems.append(
+                    f"step {step} has groups 0-{len(batch) - 1}, not group {group}"
+                )
+                continue
+            n = samples_of(batch[group])
+            missing = sorted(s for s in samples or () if s >= n)
+            if missing:
+                problems.append(
+                    f"step {step} group {group} has samples 0-{n - 1}, not "
+                    f"{', '.join(map(str, missing))}"
+                )
+            elif samples is not None and group_normalised and len(samples) < n:
+                problems.append(
+                    f"step {step} group {group}: AReaL normalises rewards in groups "
+                    f"of {n} here (actor.reward_norm at group level), so a sample "
+                    f"cannot leave its group alone; drop the whole group "
+                    f"({step}:{group}/*)"
+                )
+    return problems

@@ -521,6 +521,7 @@ def test_doctor_passes_a_faithful_replay_and_names_each_problem(
             "actor.optimizer.lr=1e-5",
             "gconfig.n_samples=2",
             "debug.replay_trial_name=t0",
+            "debug.drop_samples=1:99/*",
         )
         argv[1] = str(broken)
         rc, report = run_json(capsys, *argv)
@@ -538,6 +539,7 @@ def test_doctor_passes_a_faithful_replay_and_names_each_problem(
     assert "gconfig.n_samples is 2, the recording was made with 4" in errors
     assert "steps 5-6" in errors and "tiny/t0" in errors
     assert "checkpoint of step 2 is not whole" in errors
+    assert "debug.drop_samples: step 1 has groups 0-7, not group 99" in errors
     assert any("actor.optimizer.lr" in w for w in by_severity["warning"])
 
 

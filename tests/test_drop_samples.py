@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from areal_debug.config.debug_config import DebugConfig, DebugConfigError, parse_drops
-from areal_debug.modes.replay_loader import ReplayDataLoader, check_drops
+from areal_debug.modes.replay_loader import ReplayDataLoader
 from areal_debug.recording.reader import RecordingReader
+from areal_debug.replay_plan import check_drops
 from reliability import recording
 
 

@@ -9,6 +9,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from areal_debug.recording.reader import RecordingReader, reshard
+from areal_debug.replay_plan import samples_of
 
 
 class ReplayDataLoader:
@@ -137,7 +138,7 @@ def _rows_without(traj: dict[str, Any], rows: frozenset[int]) -> dict[str, Any]:
     is its samples is cut; the rest is kept as recorded."""
     import torch
 
-    n = _samples_of(traj)
+    n = samples_of(traj)
     keep = torch.tensor([r for r in range(n) if r not in rows], dtype=torch.long)
     return {
         key: value.index_select(0, keep)
@@ -145,45 +146,3 @@ def _rows_without(traj: dict[str, Any], rows: frozenset[int]) -> dict[str, Any]:
         else value
         for key, value in traj.items()
     }
-
-
-def _samples_of(traj: dict[str, Any]) -> int:
-    ids = traj.get("input_ids")
-    return int(ids.shape[0]) if ids is not None and ids.dim() == 2 else 1
-
-
-def check_drops(
-    reader: RecordingReader,
-    drops: dict[int, dict[int, frozenset[int] | None]],
-    group_normalised: bool,
-) -> list[str]:
-    """Why debug.drop_samples cannot be replayed (a step, group or sample the
-    recording lacks; a sample alone out of a group AReaL normalises), each a
-    sentence; empty when it can."""
-    problems = []
-    for step, groups in sorted(drops.items()):
-        if not reader.has_step(step):
-            problems.append(f"step {step} is not in the recording")
-            continue
-        batch = reader.load_batch(step)
-        for group, samples in sorted(groups.items()):
-            if group >= len(batch):
-                problems.append(
-                    f"step {step} has groups 0-{len(batch) - 1}, not group {group}"
-                )
-                continue
-            n = _samples_of(batch[group])
-            missing = sorted(s for s in samples or () if s >= n)
-            if missing:
-                problems.append(
-                    f"step {step} group {group} has samples 0-{n - 1}, not "
-                    f"{', '.join(map(str, missing))}"
-                )
-            elif samples is not None and group_normalised and len(samples) < n:
-                problems.append(
-                    f"step {step} group {group}: AReaL normalises rewards in groups "
-                    f"of {n} here (actor.reward_norm at group level), so a sample "
-                    f"cannot leave its group alone; drop the whole group "
-                    f"({step}:{group}/*)"
-                )
-    return problems

@@ -6,7 +6,6 @@ restores."""
 from __future__ import annotations
 
 from areal_debug.logs import get_logger
-from areal_debug.modes.replay_loader import check_drops
 from areal_debug.recording import checkpoints
 from areal_debug.recording.format import RecordingError
 from areal_debug.recording.lock import describe
@@ -14,6 +13,7 @@ from areal_debug.recording.reader import RecordingReader, format_ranges
 from areal_debug.replay_plan import (
     ADAPTIVE_TREE_WHY,
     ReplayPlan,
+    drop_problems,
     needs_teacher_servers,
     uses_adaptive_tree,
 )
@@ -65,15 +65,7 @@ def refuse_unsupported(config, manifest) -> None:
 def refuse_bad_drops(config, reader: RecordingReader, debug) -> None:
     """debug.drop_samples that this recording cannot replay: every reason, before
     any model is built."""
-    drops = debug.dropped_samples()
-    if not drops:
-        return
-    norm = getattr(config.actor, "reward_norm", None)
-    group_normalised = "group" in (
-        getattr(norm, "mean_level", None),
-        getattr(norm, "std_level", None),
-    )
-    problems = check_drops(reader, drops, group_normalised)
+    problems = drop_problems(config, reader, debug)
     if problems:
         raise UnsupportedReplayError(
             f"debug.drop_samples={debug.drop_samples!r} cannot be replayed: "

@@ -34,6 +34,7 @@ from areal_debug.recording.reader import RecordingReader, format_ranges
 from areal_debug.replay_plan import (
     ADAPTIVE_TREE_WHY,
     ReplayPlan,
+    drop_problems,
     needs_teacher_servers,
     uses_adaptive_tree,
 )
@@ -425,6 +426,15 @@ def _unreplayable(reader: RecordingReader, config) -> list[Finding]:
                 "the run sets actor.adaptive_tree",
                 f"the replay refuses it: {ADAPTIVE_TREE_WHY}",
                 "replay with actor.adaptive_tree=null",
+            )
+        )
+    for problem in drop_problems(config, reader, config.debug):
+        found.append(
+            Finding(
+                ERROR,
+                f"debug.drop_samples: {problem}",
+                "the replay refuses it before it starts",
+                "name samples the recording has (areal-debug show REC --step N)",
             )
         )
     return found
