@@ -4,8 +4,8 @@
 run (start-up included, as a user waits for it), paired in alternating order.
 
 The blame passes are one forward and backward pass of the whole mini-batch per
-sample plus one for the mini-batch (``stages/blame.py``): on the demo, 32 samples
-and one mini-batch, 33 passes of a step that trains in well under a second. The
+sample plus one for each mini-batch (``stages/blame.py``): on the demo, 32 samples
+and two mini-batches, 34 passes of a step that trains in well under a second. The
 figure's target says that blaming a step of the demo stays within three plain
 replays of it; the blame file's own seconds, per sample, are printed beside it.
 
