@@ -111,20 +111,16 @@ def engine_dp_group(engine: Any) -> tuple[Any, str]:
 @contextlib.contextmanager
 def shadowed(obj: Any, name: str, stand_in: Callable) -> Iterator[None]:
     """``obj.name`` is ``stand_in`` inside the block (an instance attribute over
-    whatever was there, patches included), and as before after it: the blame
-    passes read the gradients where FSDPEngine.train_batch calls
-    ``self.optimizer_step()`` (fsdp_engine.py:796 in 1.0.4 and 2.0.0, :810 on
-    main), and take no step."""
-    had_own = name in getattr(obj, "__dict__", {})
-    own = obj.__dict__.get(name)
-    setattr(obj, name, stand_in)
+    whatever was there, patches included), and as before after it (``MethodPatches``
+    puts it back): the blame passes read the gradients where
+    FSDPEngine.train_batch calls ``self.optimizer_step()`` (fsdp_engine.py:796 in
+    1.0.4 and 2.0.0, :810 on main), and take no step."""
+    patches = MethodPatches()
+    patches.wrap(obj, name, lambda _original: stand_in)
     try:
         yield
     finally:
-        if had_own:
-            setattr(obj, name, own)
-        else:
-            delattr(obj, name)
+        patches.remove_all()
 
 
 def zero_gradients(engine: Any) -> None:

@@ -42,6 +42,8 @@ import torch.distributed as dist
 
 from areal_debug import areal_compat
 from areal_debug.logs import get_logger
+from areal_debug.stages.layers import sample_tokens
+from areal_debug.stages.probes import local_shard
 from areal_debug.stages.sample_parts import sample_key
 
 logger = get_logger("DebugBlame")
@@ -117,6 +119,7 @@ class SampleBlame:
         ranks = dist.get_world_size(group) if group is not None else 1
         rank = dist.get_rank(group) if group is not None else 0
         own = _sample_rows(data)
+        tokens = sample_tokens(data)
         counts = _gather_counts(len(own), group, ranks)
         with _isolated(self.engine) as passes:
             weight = torch.tensor([float(loss_weight_fn(data))], dtype=torch.float64)
@@ -155,7 +158,7 @@ class SampleBlame:
             dot, sq, loss_sum = sums[2 + 3 * i : 5 + 3 * i]
             self.rows.append(
                 {
-                    "key": sample_key(_row_tokens(data, row)),
+                    "key": sample_key(tokens[row]),
                     "mini_batch": mini_batch,
                     "rank": rank,
                     "loss": loss_sum / total if total else math.nan,
@@ -290,15 +293,15 @@ def _input_of(args: tuple, kwargs: dict) -> dict:
 
 
 def _flat_grads(engine: Any) -> torch.Tensor:
-    """This rank's shard of every gradient, flattened, in float32 on the host
-    (zeros for a parameter without one)."""
+    """This rank's part of every gradient (``local_shard``, as the stage digests
+    count it: a replica on another rank is counted there only), flattened, in
+    float32 on the host (zeros for a parameter without one)."""
     parts = []
     for _, p in areal_compat.engine_named_parameters(engine):
-        g = p.grad
-        if g is None:
-            g = torch.zeros_like(p)
-        local = g.to_local() if hasattr(g, "to_local") else g
-        parts.append(local.detach().reshape(-1).float().cpu())
+        g = p.grad if p.grad is not None else torch.zeros_like(p)
+        local, _ = local_shard(g)
+        if local is not None:
+            parts.append(local.detach().reshape(-1).float().cpu())
     return torch.cat(parts) if parts else torch.zeros(0)
 
 
@@ -307,14 +310,6 @@ def _sample_rows(data: dict) -> list[int]:
     mask = data["loss_mask"]
     per_row = mask.reshape(mask.shape[0], -1).count_nonzero(dim=1)
     return [i for i, n in enumerate(per_row.tolist()) if n > 0]
-
-
-def _row_tokens(data: dict, row: int) -> torch.Tensor:
-    ids = data["input_ids"][row].to("cpu", torch.int64)
-    mask = data.get("attention_mask")
-    if isinstance(mask, torch.Tensor) and mask.shape == data["input_ids"].shape:
-        ids = ids[mask[row].to("cpu").bool()]
-    return ids
 
 
 def _row_values(data: dict, row: int) -> dict[str, Any]:

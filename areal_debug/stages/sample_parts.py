@@ -123,6 +123,23 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
+def ranked(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The samples by |grad_share|, largest first (those without a finite share
+    last), ties in the one numbering: the order ``blame`` and the page show."""
+
+    def rank(s: dict[str, Any]) -> tuple:
+        share = s.get("grad_share")
+        known = _finite(share)
+        return (
+            not known,
+            -abs(share) if known else 0.0,
+            s.get("group", 0),
+            s.get("sample", 0),
+        )
+
+    return sorted(samples, key=rank)
+
+
 # Where a non-finite part can enter, in the order AReaL's step computes: a NaN
 # reward makes its whole group's advantages NaN (the group's mean and spread),
 # so the reward is looked at in every sample before any advantage.

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         reader = RecordingReader(require_path(parts["recording"], "The recording"))
         batch = reader.load_batch(args.step)
         unpaired = sample_parts.attach_recorded(samples, batch)
-        samples.sort(key=_rank)
+        samples = sample_parts.ranked(samples)
         finite = sample_parts.step_is_finite(parts)
         data = {
             "step": args.step,
@@ -83,10 +83,14 @@ def run(args: argparse.Namespace) -> int:
             "unpaired": unpaired,
             "samples": samples,
         }
+        decode = _decoder(reader)
         if data["origin"] is not None:
-            data["origin_text"] = _text(reader, batch, data["origin"])
+            data["origin_text"] = _text(decode, batch, data["origin"])
         top = samples[: max(args.top, 0)]
-        texts = {id(s): _text(reader, batch, s) for s in top}
+        if args.json:
+            texts = {}
+        else:
+            texts = {id(s): _text(decode, batch, s) for s in top}
     if args.json:
         emit(args, data)
     else:
@@ -98,28 +102,22 @@ def _num(value: Any) -> float:
     return value if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
 
 
-def _rank(s: dict[str, Any]) -> tuple:
-    share = s.get("grad_share")
-    known = isinstance(share, (int, float)) and math.isfinite(share)
-    return (
-        not known,
-        -abs(share) if known else 0.0,
-        s.get("group", 0),
-        s.get("sample", 0),
-    )
-
-
-def _text(reader, batch: list, place: dict[str, Any]) -> str | None:
-    """The sample's tokens, decoded with the run's tokenizer where it loads."""
+def _decoder(reader):
+    """The run's tokenizer's decode (loaded once), None where it does not load."""
     from areal_debug.inspect.commands.mismatch import _decoder_of
     from areal_debug.inspect.show import tokenizer_path_of
+
+    return _decoder_of(tokenizer_path_of(reader))
+
+
+def _text(decode, batch: list, place: dict[str, Any]) -> str | None:
+    """The sample's tokens, decoded where the run's tokenizer loads (else ids)."""
     from areal_debug.stages.layers import sample_tokens
 
     g, r = place.get("group"), place.get("sample")
     if g is None or r is None:
         return None
     tokens = sample_tokens(batch[g])[r].tolist()
-    decode = _decoder_of(tokenizer_path_of(reader))
     return decode(tokens) if decode is not None else " ".join(map(str, tokens))
 
 

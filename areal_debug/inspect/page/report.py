@@ -370,17 +370,15 @@ def _blame_only(path: str) -> bool:
 
 
 def _blame_parts(blame_dir: str | None, reader, step: int) -> dict[str, Any] | None:
-    """The step's sample parts where the replay computed them (debug.blame_steps),
-    each sample placed in the recording's numbering; None where there are none."""
+    """The step's sample parts where the run computed them (debug.blame_steps);
+    None where there are none. ``step_detail`` places them in the recording."""
     from areal_debug.stages import sample_parts
 
     if blame_dir is None or not os.path.exists(
         sample_parts.blame_path(blame_dir, step)
     ):
         return None
-    parts = sample_parts.read_parts(blame_dir, step)
-    sample_parts.attach_recorded(parts["samples"], reader.load_batch(step))
-    return parts
+    return sample_parts.read_parts(blame_dir, step)
 
 
 # -- the page ------------------------------------------------------------------------

@@ -72,13 +72,9 @@ def step_detail(
     ``only``, the rows kept are those (group, sample), whatever the limit;
     ``blame``: the step's sample parts (``stages/sample_parts.py``), each row's
     shares beside it."""
-    shares = {
-        (p["group"], p["sample"]): p
-        for p in (blame or {}).get("samples", [])
-        if "group" in p
-    }
     meta = reader.step_meta(step)
     batch = reader.load_batch(step)
+    shares = _placed_shares(blame, batch)
     paired = stage_rows(reader, step, batch, TOKEN_VIEW_STAGES)
     kept, stage_note = paired.values, paired.note
     marked = _divergent_place(divergence, paired.places)
@@ -133,18 +129,26 @@ def step_detail(
 TOP_SAMPLES = 5
 
 
+def _placed_shares(
+    blame: dict[str, Any] | None, batch: list
+) -> dict[tuple[int, int], dict[str, Any]]:
+    """The blamed samples placed in the recorded batch (``attach_recorded``), by
+    (group, sample); empty for a step not blamed."""
+    if not blame:
+        return {}
+    from areal_debug.stages import sample_parts
+
+    sample_parts.attach_recorded(blame["samples"], batch)
+    return {(p["group"], p["sample"]): p for p in blame["samples"] if "group" in p}
+
+
 def _blame_summary(blame: dict[str, Any]) -> dict[str, Any]:
     """What the page says of a blamed step: its top samples by |grad share|, the
     shares' sums and, where the step is not finite, where it came from."""
     from areal_debug.stages import sample_parts
 
     placed = [p for p in blame["samples"] if "group" in p]
-
-    def weight(p: dict[str, Any]) -> float:
-        share = plain(p.get("grad_share"))
-        return abs(share) if isinstance(share, float) else -1.0
-
-    top = sorted(placed, key=weight, reverse=True)[:TOP_SAMPLES]
+    top = sample_parts.ranked(placed)[:TOP_SAMPLES]
     finite = sample_parts.step_is_finite(blame)
     origin = None if finite else sample_parts.origin(placed)
     return {
