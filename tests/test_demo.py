@@ -125,19 +125,21 @@ def test_demo_records_and_replays_bit_for_bit(tmp_path):
     shutil.copytree(plain, tmp_path / "trial0_replay")
     printed = readme_commands_run_as_printed(tmp_path, wd)
     # The README's measured gap at step 0 (its console block) is the demo's: the
-    # same 186 loss tokens, and the gap to within 5%. Not to the digit: AReaL
+    # same 186 loss tokens, and the gap to within 10% (mean) and 15% (max, one
+    # token's). Not to the digit: AReaL
     # shuffles each batch with Python's global `random`, which other draws in the
     # process move too (its polling sleeps, its free-port search), so on a busy
     # machine the same samples can come in another order and pack otherwise
     # (docs/mismatch.md). Measured: 0.0425 / 0.178 in every idle run here,
-    # 0.0431 / 0.181 once in CI's AReaL-main leg.
+    # 0.0431 / 0.181 once in CI's AReaL-main leg, 0.0418 / 0.168 once in its 2.0.0
+    # leg (-1.6% / -5.6%): the max is one token's and moves most.
     printed_mismatch = printed["areal-debug mismatch $REC"]
     row = re.search(r"^\s*0\s+(\d+)\s+(\S+)\s+(\S+)\s", printed_mismatch, re.M)
     assert row, printed_mismatch
     tokens, mean_d, max_d = int(row[1]), float(row[2]), float(row[3])
     assert tokens == 186, printed_mismatch
-    assert abs(mean_d - 0.0425) < 0.05 * 0.0425, printed_mismatch
-    assert abs(max_d - 0.178) < 0.05 * 0.178, printed_mismatch
+    assert abs(mean_d - 0.0425) < 0.10 * 0.0425, printed_mismatch
+    assert abs(max_d - 0.178) < 0.15 * 0.178, printed_mismatch
     what_if_closes_the_step_0_gap(wd, tmp_path / "trial0_replay")
 
 
