@@ -476,6 +476,84 @@ def browser_missing() -> str | None:
     return missing_browser()
 
 
+def packed_sdpa_recording(rec: str) -> None:
+    """Three steps of 8 groups x 4 samples x 40 tokens, recorded by a run that
+    packed its micro-batches for sdpa attention (the demo's CPU setting)."""
+    from test_store import manifest, traj
+
+    from areal_debug.recording.writer.start import write_manifest
+
+    packed = {"actor": {"attn_impl": "sdpa", "mb_spec": {"max_tokens_per_mb": 1024}}}
+    write_manifest(rec, {**manifest(), "config": packed})
+    w = RecordingWriter(rec, shard=0, num_shards=1, steps_per_epoch=10)
+    for step in range(3):
+        w.submit_batch(
+            step, [traj(step * 100 + k, group=4, length=40) for k in range(8)]
+        )
+        w.submit_stats(
+            step,
+            {
+                GRAD_NORM: 2.0 - 0.1 * step,
+                "ppo_actor/update/actor_loss/avg": 0.1 * step,
+                "areal_debug/mismatch/abs_diff/avg": 0.04 + 0.01 * step,
+            },
+        )
+    w.close()
+
+
+def test_the_page_names_the_packing_that_makes_the_gap(tmp_path):
+    """Issue 69, point 7: the demo's gap is the trainer's own packing (sdpa reads
+    no sequence boundaries); the page says so beside the gap it shows, and the
+    gap's chart comes first."""
+    rec, out = str(tmp_path / "rec"), tmp_path / "page.html"
+    packed_sdpa_recording(rec)
+    html_report.build_report(rec, None, str(out))
+    data = page_data(out)
+    (note,) = [n for n in data["notes"] if n.startswith("Packing: ")]
+    assert "actor.attn_impl=sdpa with micro-batches that pack several sequences" in note
+    assert "each one after the first attends to those before it" in note
+    assert "replay with one sequence per micro-batch" in note
+    assert data["metrics"][0]["name"] == "areal_debug/mismatch/abs_diff/avg"
+    assert [m["name"] for m in data["metrics"]].count(data["metrics"][0]["name"]) == 1
+    # Unpacked (one sequence per micro-batch): no such note.
+    one = str(tmp_path / "one")
+    packed_sdpa_recording(one)
+    config = {"actor": {"attn_impl": "sdpa", "mb_spec": {"max_tokens_per_mb": 40}}}
+    reader = RecordingReader(one)
+    from areal_debug.inspect.preflight.silent_configs import packed_attention
+
+    assert packed_attention(reader, config) != []  # no seq_len stats: may pack
+    config["actor"]["attn_impl"] = "flash_attention_2"
+    assert packed_attention(reader, config) == []
+
+
+@needs_browser
+def test_a_link_opens_on_the_tokens_it_names(tmp_path):
+    """Issue 69, point 7: the link `mismatch --top` prints opens the page on the
+    trajectory's coloured tokens at its first paint, not among the charts above
+    them (the page glided there, and a first look saw the charts)."""
+    rec, out = str(tmp_path / "rec"), tmp_path / "page.html"
+    packed_sdpa_recording(rec)
+    html_report.build_report(rec, None, str(out))
+    with open_page(str(out)) as page:
+        page.goto(page.url.split("#")[0] + "#step=1&group=5&sample=2")
+        page.reload()
+        # At once: no wait for a scroll to end.
+        top, bottom, charts_bottom, height = page.evaluate(
+            "[document.getElementById('tokens').getBoundingClientRect().top,"
+            " document.getElementById('tokens').getBoundingClientRect().bottom,"
+            " document.getElementById('charts').getBoundingClientRect().bottom,"
+            " innerHeight]"
+        )
+        assert 0 <= top and bottom <= height, (top, bottom, height)
+        assert charts_bottom < 0, charts_bottom
+        assert page.inner_text("#traj h2").startswith("Step 1, group 5, sample 2")
+        first = page.get_attribute(".chart >> nth=0", "data-metric")
+        assert first == "areal_debug/mismatch/abs_diff/avg"
+        assert "Packing: the recorded run trained with" in page.inner_text("#notes")
+        assert page.errors == []
+
+
 def test_the_readme_screenshot_is_committed():
     shot = os.path.join(os.path.dirname(__file__), "..", "docs", "report.png")
     assert os.path.getsize(shot) < 400_000

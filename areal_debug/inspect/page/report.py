@@ -39,6 +39,7 @@ from areal_debug.inspect.page.steps import (
     step_detail,
 )
 from areal_debug.inspect.page.two_runs import other_run
+from areal_debug.inspect.plot import MISMATCH
 from areal_debug.inspect.plot_recording import RECORDING_METRICS, anomalies
 from areal_debug.inspect.resume import describe_position, resume_positions
 from areal_debug.inspect.show import load_tokenizer, tokenizer_path_of
@@ -55,6 +56,9 @@ LENGTH_METRICS = (
     ("ppo_actor/prompt_len/avg", "Prompt length (mean)", "tokens"),
     ("ppo_actor/response_len/avg", "Completion length (mean)", "tokens"),
 )
+# The page's first chart: the training-inference gap, which the page's coloured
+# tokens show per token (the plot's panels follow).
+PAGE_FIRST = (MISMATCH,)
 PAGE_FILES = ("page.html", "page.css", "page.js")
 
 
@@ -114,6 +118,7 @@ def build_report(
     data["replay"] = report
     decoder, tok_path = _decoder(reader, tokenizer, notes)
     _areal_mismatch_note(series, notes)
+    _packing_note(reader, notes)
     _resume_notes(reader, notes)
     for seam in reader.manifest.missing_seams:
         notes.append(
@@ -188,7 +193,10 @@ def _run_data(
     have = set().union(*series.values()) if series else set()
     metrics = [
         {"name": name, "title": title, "unit": unit}
-        for name, title, unit in (*RECORDING_METRICS, *LENGTH_METRICS)
+        # (dict.fromkeys: in that order, each once)
+        for name, title, unit in dict.fromkeys(
+            (*PAGE_FIRST, *RECORDING_METRICS, *LENGTH_METRICS)
+        )
         if name in have
     ]
     m = reader.manifest
@@ -240,6 +248,18 @@ def _resume_notes(reader: RecordingReader, notes: list[str]) -> None:
             notes.append(
                 f"This run {describe_position(resume)}: {resume.dataloader_detail}."
             )
+
+
+def _packing_note(reader: RecordingReader, notes: list[str]) -> None:
+    """Where the recorded run packed sequences for an attention that cannot tell
+    them apart (doctor's finding): the gap the page colours is the trainer's own
+    making, so the page says so beside it."""
+    from areal_debug.inspect.preflight.silent_configs import packed_attention
+
+    for f in packed_attention(reader, reader.manifest.config):
+        notes.append(
+            f"Packing: the recorded run trained with {f.what}. {f.why}. To check: {f.fix}."
+        )
 
 
 def _areal_mismatch_note(series: dict[int, dict[str, float]], notes: list[str]):

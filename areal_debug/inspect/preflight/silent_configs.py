@@ -34,7 +34,7 @@ def silent_configurations(
     """Each known silent configuration of the command's config ``current`` (a
     plain dict) run with environment ``env``, against the recording."""
     deterministic = bool((current.get("debug") or {}).get("deterministic"))
-    out = _packed_attention(reader, current)
+    out = packed_attention(reader, current)
     out += _warn_only(current, deterministic)
     out += _flash_attention(reader, current, env, deterministic)
     return out
@@ -79,7 +79,9 @@ def _packs(mb_spec: dict[str, Any], shortest: int | None) -> bool:
     return not (budget is not None and shortest is not None and budget < 2 * shortest)
 
 
-def _packed_attention(reader: RecordingReader, config: dict) -> list[Finding]:
+def packed_attention(reader: RecordingReader, config: dict) -> list[Finding]:
+    """The packing finding of ``config`` (a run's or a command's) against the
+    recording: doctor's, and the report page's note on the recorded run."""
     actor = config.get("actor") or {}
     attn = actor.get("attn_impl")
     backend = _train_backend(config)

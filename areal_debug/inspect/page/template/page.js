@@ -269,7 +269,7 @@ function showStep(s, fromLink) {
   document.getElementById("traj").hidden = true;
   document.getElementById("group").hidden = true;
   renderStep();
-  document.getElementById("step").scrollIntoView({ behavior: "smooth", block: "start" });
+  reveal(document.getElementById("step"), fromLink);
 }
 const COLUMNS = [
   ["i", "#", "num"], ["group", "group", "num"], ["reward", "reward", "num"],
@@ -429,7 +429,7 @@ function showGroup(g, fromLink) {
     prompt !== null ? el("div", { class: "tokens group-prompt" }, el("span", { class: "prompt" }, prompt)) : el("p", { class: "muted" }, "The prompt's samples are not on this page (--max-per-step)."),
     el("div", { class: "cards" }, cards),
     el("p", { class: "muted" }, "Click a sample for its tokens."));
-  box.scrollIntoView({ behavior: "smooth", block: "start" });
+  reveal(box, fromLink);
 }
 
 // -- one trajectory's tokens ---------------------------------------------------------------
@@ -549,7 +549,7 @@ function showTrajectory(r, tr, fromLink) {
       (r.divergent_layer.token !== undefined ? `, token ${r.divergent_layer.token} (prompt and completion counted from 0)` : "") + ".") : null,
     tokens, O ? alignedB(r) : null);
   paint();
-  box.scrollIntoView({ behavior: "smooth", block: "start" });
+  reveal(box, fromLink);
 }
 
 // -- search across steps ----------------------------------------------------------------------
@@ -666,6 +666,11 @@ function manifest() {
 function link(hash) {
   if (location.hash === "#" + hash) return;
   history.pushState(null, "", "#" + hash);
+}
+// A view opened by a click glides to it; one a link opens is there at once, so the
+// page's first paint is the trajectory the link names, not the charts above it.
+function reveal(box, fromLink) {
+  box.scrollIntoView({ behavior: fromLink ? "auto" : "smooth", block: "start" });
 }
 function missing(text) {
   const box = document.getElementById("link-note");
