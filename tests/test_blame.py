@@ -2,7 +2,8 @@
 """Each sample's part in a step (``debug.blame_steps``, ``areal-debug blame``),
 computed by AReaL's own train_batch in the real trainer: on ``spmd_d1`` (blamed at
 step 0 in its dump: two mini-batches, attention dropout active) and its replay
-(blamed at step 1), and on a dump whose step has one NaN reward."""
+(blamed at step 1), on ``sc_d2`` (single-controller, two workers, blamed at step 0
+in its dump), and on a dump whose step has one NaN reward."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import os
 import pytest
 from support.browser import missing_browser, open_page
 from support.harness import recording_dir, replay_report, run_torchrun
+from support.recordings import SC_EXPERIMENT, SC_TRIAL
 from support.system_parts import missing_system_part
 from support.workdirs import make_workdir
 
@@ -84,7 +86,10 @@ def assert_parts_add_up(data: dict, stats: dict, reader: RecordingReader, step: 
     # Ranked by |grad_share|; a share can be negative (it pulls against it).
     shares = [abs(s["grad_share"]) for s in samples]
     assert shares == sorted(shares, reverse=True)
-    assert all(s["tokens"] > 0 and s["grad_norm"] > 0 for s in samples)
+    # A sample's gradient is 0 only where PPO clipped each of its tokens (the
+    # single-controller demo's step 0 has one: 1 loss token, clipped).
+    assert all(s["tokens"] > 0 for s in samples)
+    assert all(s["grad_norm"] > 0 or s["clipped"] == s["tokens"] for s in samples)
 
 
 @pytest.mark.each_areal
@@ -114,6 +119,23 @@ def test_a_replays_blamed_step_parts_add_up_and_the_replay_stays_bitwise(
     assert rc == 0
     stats = spmd_d1_replay.stats_by_step()[REPLAY_BLAMED]
     assert_parts_add_up(data, stats, RecordingReader(spmd_d1.path), REPLAY_BLAMED)
+
+
+@pytest.mark.scheduler
+def test_single_controller_parts_at_two_workers_add_up(sc_d2):
+    """In single-controller mode the passes run in the RPC workers, around the
+    probed engine's train_batch, at two data-parallel ranks: each pass carries
+    one rank's sample with the other rank's masks all cleared. The parts add up
+    as in SPMD (every recorded sample once, paired by its tokens though the
+    controller redistributes the rows), and the demo's replay, not blamed, is bit
+    for bit (tests/test_demo.py): the blamed step trained as it would have."""
+    pattern = os.path.join(str(sc_d2.workdir), "root", "logs", "*", SC_EXPERIMENT)
+    (run_dir,) = glob.glob(os.path.join(pattern, SC_TRIAL))
+    rc, data = blame_json(run_dir, 0)
+    assert rc == 0
+    reader = RecordingReader(sc_d2.path)
+    assert_parts_add_up(data, reader.recorded_stats(0), reader, 0)
+    assert {s["rank"] for s in data["samples"]} == {0, 1}
 
 
 @pytest.fixture(scope="module")
@@ -165,6 +187,12 @@ def test_a_nan_reward_is_traced_to_its_sample(nan_run, capsys, tmp_path):
         (s["group"], s["sample"]) for s in data["samples"] if not s["reward_finite"]
     ]
     assert nan_rewards == [(NAN_GROUP, NAN_SAMPLE)]
+    # Each sample and the origin carry their link in the report page.
+    assert origin["link"] == f"#step={NAN_STEP}&group={NAN_GROUP}&sample={NAN_SAMPLE}"
+    assert all(
+        s["link"] == f"#step={NAN_STEP}&group={s['group']}&sample={s['sample']}"
+        for s in data["samples"]
+    )
     # The page of the dump's recording and its log folder opens on the origin.
     out = tmp_path / "nan.html"
     html_report.build_report(recording_of(d), run_dir, str(out))
@@ -185,6 +213,7 @@ def test_a_nan_reward_is_traced_to_its_sample(nan_run, capsys, tmp_path):
         f"Not finite: it entered at group {NAN_GROUP} sample {NAN_SAMPLE}'s reward"
         in out
     )
+    assert f"page.html{origin['link']} opens the origin" in out
 
 
 def test_blame_without_parts_says_how_to_compute_them(tmp_path, capsys):

@@ -192,11 +192,16 @@ def test_each_recorded_step_has_its_mismatch_and_a_replay_reproduces_it(
         assert rec["ratio/min"] <= fig["ratio_p50"] <= fig["ratio_p99"]
         assert fig["ratio_p99"] <= rec["ratio/max"] * (1 + 1e-5)
         assert fig["worst_abs_diff"] == pytest.approx(rec["abs_diff/max"], rel=1e-5)
+        # The worst row's link in the report page (issue 69, point 8).
+        want = f"#step={r['step']}&group={fig['worst_group']}&sample={fig['worst_row']}"
+        assert fig["worst_link"] == want
     png = tmp_path / "gap.png"
     assert main(["mismatch", spmd_d1.path, str(replay_dir), "-o", str(png)]) == 0
     shown = capsys.readouterr().out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"Plot: {png}" in shown
     assert "mean|d|" in shown and ">log5" in shown and "r p99" in shown
+    worst = max(rows, key=lambda r: r["per_token"]["worst_abs_diff"])
+    assert f"page.html{worst['per_token']['worst_link']} opens the worst row" in shown
 
 
 PLANTED = -50.0  # nats: no sampled token's log-prob is near it

@@ -887,12 +887,23 @@ def test_a_changed_learning_rate_is_located_at_the_first_mini_batchs_weights(spm
     where = report["first_divergence"]["where"]
     assert f"first divergence: step 0, stage weights, at {where}" in run.log
     # It stopped at the first divergent step instead of running all three, saying
-    # why once, without a traceback of ours (torchrun's report of its child's exit
-    # status 3 is its own) and without AReaL's "Training failed" one.
-    assert run.log.count("Stopping (debug.fail_on_divergence)") == 1
+    # why once, without a traceback of ours and without AReaL's "Training failed"
+    # one. The one traceback is torchrun's own (it raises ChildFailedError for any
+    # child that exits non-zero); its "Root Cause" is the divergence, in one line,
+    # from the error file torchrun asks its children for.
+    assert run.log.count("Stopping (debug.fail_on_divergence)") == 2
     assert "Training failed with exception" not in run.log
-    assert "DivergenceStop" not in run.log and "RecordingError" not in run.log
-    assert run.log.count("Traceback") <= 1
+    assert "RecordingError" not in run.log
+    assert run.log.count("Traceback") == 1
+    torchruns = run.log[run.log.index("Traceback") :]
+    assert "ChildFailedError" in torchruns
+    assert "To enable traceback see" not in torchruns
+    cause = torchruns[torchruns.index("Root Cause") :]
+    assert "exitcode  : 3" in cause
+    assert (
+        "traceback : Replay step 0 diverged from the recording (first divergence: "
+        f"step 0, stage weights, at {where}" in cause
+    ), cause
     assert "exitcode  : 3" in run.log
     assert [e["global_step"] for e in report["steps"]] == [0]
 

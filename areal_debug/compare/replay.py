@@ -36,9 +36,40 @@ class DivergenceStop(SystemExit):
         super().__init__(self.EXIT_STATUS)
 
 
+# Where torchrun (torch.distributed.elastic) asks each of its processes to leave
+# the reason it failed: its closing report shows it as the "Root Cause".
+TORCHRUN_ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
+
+
 def _stop(msg: str) -> None:
-    logger.error(f"{msg} Stopping (debug.fail_on_divergence).")
+    reason = f"{msg} Stopping (debug.fail_on_divergence)."
+    logger.error(reason)
+    _tell_torchrun(reason)
     raise DivergenceStop()
+
+
+def _tell_torchrun(reason: str) -> None:
+    """Under torchrun, a process that exits non-zero is reported with a Python
+    traceback of torchrun's own and, with no error file, "To enable traceback
+    see ..." as its root cause: the file (torch's own JSON layout) makes the root
+    cause the divergence, in one line."""
+    path = os.environ.get(TORCHRUN_ERROR_FILE_ENV)
+    if not path or os.path.exists(path):
+        return  # not under torchrun, or a reason already there: keep the first
+    import time
+
+    text = f"{reason} (the finding of a replay, not an error of the code)"
+    data = {
+        "message": {
+            "message": f"DivergenceStop: {text}",
+            "extraInfo": {"py_callstack": text, "timestamp": str(int(time.time()))},
+        }
+    }
+    try:
+        with open(path, "w") as f:
+            json.dump(data, f)
+    except OSError as e:
+        logger.warning(f"Could not leave torchrun the reason at {path}: {e}")
 
 
 # The replay report's per-step timing of what the loop waited for recorded data.

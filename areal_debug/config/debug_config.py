@@ -248,8 +248,8 @@ class CompareKeys:
     blame_steps: str = field(
         default="",
         metadata={
-            "help": "Dump and replay (SPMD mode): each sample's part in these steps' "
-            "update ('0-9,50', or empty for none), in AReaL's own arithmetic: before "
+            "help": "Dump and replay (SPMD and single-controller): each sample's "
+            "part in these steps' update ('0-9,50', or empty for none), in AReaL's own arithmetic: before "
             "each mini-batch trains, its train_batch runs again without its "
             "optimizer step, once whole and once per sample with the other "
             "samples' loss tokens masked out (same micro-batches, packing and "

@@ -335,6 +335,17 @@ def mismatch(recording: str, rows: list[StepMismatch]) -> Group:
         else:
             table.add_row(str(r.step), *recorded)
     parts: list[Any] = [table, Text(LEGEND, style="dim")]
+    worst = [r for r in rows if r.per_token]
+    if worst:
+        w = max(worst, key=lambda r: r.per_token["worst_abs_diff"])
+        parts.append(
+            Text(
+                "In the page (areal-debug report REC -o page.html), page.html"
+                f"{w.per_token['worst_link']} opens the worst row (step {w.step}); "
+                "--json gives each step's worst_link.",
+                style="dim",
+            )
+        )
     from areal_debug.stages.train_infer import summary
 
     areal_line = summary({r.step: r.areal for r in rows if r.areal})

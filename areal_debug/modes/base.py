@@ -208,7 +208,9 @@ class ActiveMode(DebugMode):
             )
         if str(self.debug.blame_steps or "").strip():
             # After the stage probes: its passes run outside their digests.
-            self.blame = self.topology.start_blame(self.trainer, self.patches)
+            self.blame = self.topology.start_blame(
+                self.trainer, self.patches, self.worker_probes
+            )
 
     def wants_layer_digests(self, step: int) -> bool:
         """Whether the log-prob forward pass of step ``step`` digests the layers."""
@@ -233,8 +235,10 @@ class ActiveMode(DebugMode):
         return engine
 
     def _probe_workers(self, role: str, engine) -> None:
-        """Single-controller: the workers build engines that digest the stages."""
-        if not (self.debug.stage_digests and areal_compat.single_controller_mode()):
+        """Single-controller: the workers build engines that digest the stages
+        (and run the blame passes)."""
+        wanted = self.debug.stage_digests or str(self.debug.blame_steps or "").strip()
+        if not (wanted and areal_compat.single_controller_mode()):
             return
         why_not = self.worker_probes.probe(role, engine)
         if why_not is not None:

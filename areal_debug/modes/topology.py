@@ -141,16 +141,17 @@ class Topology:
         forward pass."""
         return None
 
-    def start_blame(self, trainer, patches) -> SampleBlame | None:
-        """Start the blame passes (debug.blame_steps) where the actor trains;
-        None where this mode has none yet (said why)."""
+    def start_blame(self, trainer, patches, worker_probes) -> Any | None:
+        """Start the blame passes (debug.blame_steps) where the actor trains: a
+        ``SampleBlame`` or its handle (``on``, ``take``); None where this mode has
+        none (said why)."""
         logger.warning(
-            f"debug.blame_steps is not available in {self.name} mode yet: the "
-            "actor trains in the RPC workers. The run goes on without it."
+            f"debug.blame_steps is not available in {self.name} mode. The run "
+            "goes on without it."
         )
         return None
 
-    def gather_blame(self, trainer, blame: SampleBlame) -> list | None:
+    def gather_blame(self, trainer, blame) -> list | None:
         """Every rank's parts of the step on the coordinator (None elsewhere)."""
         return None
 
@@ -210,7 +211,7 @@ class SpmdTopology(Topology):
         probes.install(trainer, patches)
         return probes
 
-    def start_blame(self, trainer, patches) -> SampleBlame:
+    def start_blame(self, trainer, patches, worker_probes) -> SampleBlame:
         blame = SampleBlame(areal_compat.stage_engines(trainer)["actor"])
         blame.install(patches)
         return blame
@@ -355,6 +356,21 @@ class SingleControllerTopology(Topology):
 
     def hand_over_ref_logp(self, probes, step: int, tensors: dict) -> None:
         probes.hand_over_ref_logp(step, tensors)
+
+    def start_blame(self, trainer, patches, worker_probes):
+        # The actor trains in the RPC workers: the passes run there, around the
+        # probed engine's train_batch, as in an SPMD process.
+        blame = worker_probes.start_blame()
+        if blame is None:
+            logger.warning(
+                "debug.blame_steps: the actor's workers build no probed FSDP "
+                "engine (it trains with another engine class), so no sample's "
+                "part is computed. The run goes on without it."
+            )
+        return blame
+
+    def gather_blame(self, trainer, blame) -> list | None:
+        return blame.take()
 
     def digest_layers(self, probes, on: bool) -> None:
         probes.digest_layers(on)

@@ -7,7 +7,9 @@ use_worker_engine_class``); the workers import them by name. The controller then
 calls extra engine methods through AReaL's own RPC: ``configure_stage_probes``
 once (role and kept stages), ``hand_over_ref_logp`` before a replayed step that
 uses the recorded reference log-probs, and ``take_stage_digests`` at each step's
-end. The ``StageRecord``s are gathered over the engine's ranks in the workers, as
+end; for ``debug.blame_steps``, ``configure_blame`` once, ``blame_step`` when a
+step starts and ``take_blame`` at a blamed step's end (the passes run in the
+workers, where the actor trains). The ``StageRecord``s are gathered over the engine's ranks in the workers, as
 the SPMD trainer gathers them over its processes, so the controller gets every
 rank's from one call; they cross the RPC as plain dicts.
 """
@@ -22,6 +24,7 @@ from areal.engine import FSDPPPOActor, FSDPPPOCritic
 
 from areal_debug import areal_compat
 from areal_debug.areal_compat import MethodPatches
+from areal_debug.stages.blame import SampleBlame
 from areal_debug.stages.probes import StageProbes
 from areal_debug.stages.record import StageRecord, decode_tensors, encode_tensors
 from areal_debug.stages.recorded_ref_logp import RecordedRefLogp
@@ -31,6 +34,7 @@ class StageProbedEngine:
     """Mixed into an AReaL engine class: the methods the controller calls."""
 
     _stage_probes: StageProbes | None = None
+    _blame: SampleBlame | None = None
 
     def configure_stage_probes(
         self, role: str, keep: list[str], recorded_ref: bool = False
@@ -70,6 +74,24 @@ class StageProbedEngine:
             local = self._stage_probes.take()
         return self._gathered(local.to_dict())
 
+    def configure_blame(self) -> None:
+        """Each sample's part in the steps ``blame_step`` turns on (after the
+        stage probes: the passes run outside their digests)."""
+        self._blame = SampleBlame(self)
+        self._blame_patches = MethodPatches()
+        self._blame.install(self._blame_patches)
+
+    def blame_step(self, on: bool) -> None:
+        """Whether the step about to train is blamed."""
+        if self._blame is not None:
+            self._blame.on = bool(on)
+
+    def take_blame(self) -> list[dict[str, Any] | None]:
+        """Every rank's parts of the step (``SampleBlame.take``: plain values),
+        gathered over this engine's ranks."""
+        local = self._blame.take() if self._blame is not None else None
+        return self._gathered(local)
+
     def _gathered(self, wire: Any) -> list:
         """``wire`` of every rank of this engine, in rank order."""
         if not dist.is_initialized():
@@ -95,6 +117,29 @@ def _call_engines(controller, method: Callable, *args) -> Any:
     """Call a ``StageProbedEngine`` method on every worker's engine; the RPC names
     it as Python does, so the name is never written twice."""
     return areal_compat.call_engines(controller, method.__name__, *args)
+
+
+class WorkerBlame:
+    """The controller's handle on the blame passes in the actor's workers: ``on``
+    and ``take`` as ``SampleBlame``'s, each an RPC (``on`` only when it changes)."""
+
+    def __init__(self, controller):
+        self._controller = controller
+        self._on = False
+
+    @property
+    def on(self) -> bool:
+        return self._on
+
+    @on.setter
+    def on(self, value: bool) -> None:
+        if bool(value) != self._on:
+            self._on = bool(value)
+            _call_engines(self._controller, StageProbedEngine.blame_step, self._on)
+
+    def take(self) -> list:
+        """Every worker rank's parts of the step, in rank order."""
+        return _call_engines(self._controller, StageProbedEngine.take_blame)
 
 
 class WorkerStageProbes:
@@ -125,6 +170,14 @@ class WorkerStageProbes:
                 sorted(keep),
                 recorded_ref,
             )
+
+    def start_blame(self) -> WorkerBlame | None:
+        """The blame passes in the actor's workers; None without a probed actor."""
+        for role, controller in self.controllers:
+            if role == "actor":
+                _call_engines(controller, StageProbedEngine.configure_blame)
+                return WorkerBlame(controller)
+        return None
 
     def hand_over_ref_logp(self, step: int, tensors: dict) -> None:
         for role, controller in self.controllers:

@@ -15,7 +15,7 @@
   checkpoints; the server reports a quarter of step 1's sampled log-probs 4 nats
   low (``SC_SPIKE``), which a user threshold pins, and refuses every request for
   one prompt of step ``SC_REFUSED_STEP`` (its rollouts fail in a rollout worker,
-  which pins the step);
+  which pins the step); each sample's part in step 0 computed in the workers;
 - ``bisect_d1``: SPMD, one process, the fake engine, 2 steps with a recover
   checkpoint after each: the bisects' trials replay step 1 alone.
 
@@ -184,6 +184,9 @@ def sc_d2(tmp_path_factory) -> Demo:
         "debug.record_stage_tensors=true",
         # Step 0's layers, digested in the workers (tests/test_layer_digests.py).
         "debug.layer_digests=0",
+        # Each sample's part in step 0, computed in the two workers
+        # (tests/test_blame.py); the demo's replay, not blamed, is bit for bit.
+        "debug.blame_steps=0",
     ]
     from areal_debug.tooling.cpu_server import REFUSE_ENV
 

@@ -58,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from areal_debug.inspect.common import require_path
 
     with logs_to_stderr():
+        from areal_debug.inspect.tokens import page_link
         from areal_debug.recording.reader import RecordingReader
         from areal_debug.stages import sample_parts
 
@@ -70,6 +71,10 @@ def run(args: argparse.Namespace) -> int:
         batch = reader.load_batch(args.step)
         unpaired = sample_parts.attach_recorded(samples, batch)
         samples = sample_parts.ranked(samples)
+        for s in samples:
+            # Its trajectory in the report page (the one numbering).
+            if "group" in s and "sample" in s:
+                s["link"] = page_link(args.step, s["group"], s["sample"])
         finite = sample_parts.step_is_finite(parts)
         data = {
             "step": args.step,
@@ -84,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
             "samples": samples,
         }
         decode = _decoder(reader)
+        o = data["origin"]
+        if o is not None and o.get("group") is not None:
+            o["link"] = page_link(args.step, o["group"], o["sample"])
         if data["origin"] is not None:
             data["origin_text"] = _text(decode, batch, data["origin"])
         top = samples[: max(args.top, 0)]
@@ -178,6 +186,16 @@ def _view(data: dict[str, Any], top: list[dict], texts: dict[int, str | None]):
             (texts.get(id(s)) or "")[:60],
         )
     parts.append(table)
+    first = origin if origin is not None else (top[0] if top else None)
+    if first is not None and first.get("link"):
+        which = "the origin" if origin is not None else "the top sample"
+        parts.append(
+            Text(
+                "In the page (areal-debug report REC RUN -o page.html), page.html"
+                f"{first['link']} opens {which}; --json gives each sample its link.",
+                style="dim",
+            )
+        )
     if data["unpaired"]:
         parts.append(
             Text(

@@ -112,7 +112,7 @@ def _add_token_figures(reader, rows) -> None:
     per-token log-probs."""
     from dataclasses import asdict
 
-    from areal_debug.inspect.tokens import token_figures
+    from areal_debug.inspect.tokens import page_link, token_figures
 
     if len(rows) > PER_TOKEN_STEPS:
         print(
@@ -123,7 +123,12 @@ def _add_token_figures(reader, rows) -> None:
         return
     for row in rows:
         figures = token_figures(reader, row.step)
-        row.per_token = asdict(figures) if figures is not None else None
+        if figures is None:
+            row.per_token = None
+            continue
+        # The worst row's link in the report page, as --top gives each token's.
+        link = page_link(row.step, figures.worst_group, figures.worst_row)
+        row.per_token = {**asdict(figures), "worst_link": link}
 
 
 def _plot_mismatch(args, reader) -> str:
