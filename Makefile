@@ -5,7 +5,10 @@
 #                but the lifecycle tests (marker lifecycle: signals, kills, crashes and
 #                a full disk ending AReaL runs, a minute or more each) and the
 #                rehearsal of make gpu-check on CPU (marker rehearsal, four minutes)
-#   make test-lifecycle  those tests (.ci/run and make reliability run them)
+#                and the variants (marker variant: a check make test makes end to
+#                end, made again in AReaL's other mode, a minute or two each)
+#   make test-lifecycle  the lifecycle tests and the rehearsal (make reliability)
+#   make test-long  those and the variants: what make test leaves out (.ci/run)
 #   make test-leg AREAL=2.0.0 VENV=.venv-a2   the tests every supported AReaL runs
 #                (marker each_areal): contract, SPMD and single-controller
 #                dump/replay, that release's own example scripts
@@ -31,7 +34,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.setup-done-areal-$(AREAL)
 
-.PHONY: setup test test-lifecycle test-leg demo lint bench bench-gpu reliability gpu-check-prepare gpu-check clean
+.PHONY: setup test test-lifecycle test-long test-leg demo lint bench bench-gpu reliability gpu-check-prepare gpu-check clean
 
 setup: $(STAMP)
 
@@ -63,10 +66,13 @@ $(STAMP): pyproject.toml requirements/cpu.txt requirements/constraints-cpu.txt $
 PYTEST := OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 3 --dist loadgroup --no-loadscope-reorder --durations=15
 
 test: setup
-	$(PYTEST) -m "not lifecycle and not rehearsal" tests
+	$(PYTEST) -m "not lifecycle and not rehearsal and not variant" tests
 
 test-lifecycle: setup
 	$(PYTEST) -m "lifecycle or rehearsal" tests
+
+test-long: setup
+	$(PYTEST) -m "lifecycle or rehearsal or variant" tests
 
 # One leg per supported AReaL: `make test-leg AREAL=2.0.0 VENV=.venv-a2`.
 test-leg: setup

@@ -361,7 +361,7 @@ def interrupted_demo(wd, sc: bool, *overrides: str) -> subprocess.CompletedProce
 
 # A demo killed and resumed (lifecycle: make test-lifecycle, CI): AReaL's own
 # draw-ahead is checked in seconds by the contract test ("draws: ..."), and the
-# interrupted demo of make test is the lossless one below.
+# lossless resume below the same way.
 @pytest.mark.lifecycle
 def test_a_resume_skips_the_batch_areal_drew_ahead(tmp_path):
     """AReaL's dispatcher drew step 1's batch during step 0, before step 0's
@@ -412,14 +412,18 @@ def test_a_resume_skips_the_batch_areal_drew_ahead(tmp_path):
     assert "drawn ahead by step 0 before its recover checkpoint" in text
 
 
-# Killed and resumed runs: the single-controller one in make test, the SPMD one
-# with the lifecycle tests (make test-lifecycle, CI); in seconds, the contract
-# test's "draws: lossless resume ..." checks keep what both modes share.
+# Killed and resumed runs, in both modes: lifecycle tests (make test-lifecycle and
+# make test-long, CI). In make test, in seconds, the contract test's "draws:
+# lossless resume ..." checks run AReaL's own dispatcher and recover checkpoint
+# through what both modes share.
 @pytest.mark.parametrize(
     "sc",
     [
         pytest.param(False, marks=[pytest.mark.apart, pytest.mark.lifecycle]),
-        pytest.param(True, marks=pytest.mark.scheduler(seed=LOSSLESS_SEED)),
+        pytest.param(
+            True,
+            marks=[pytest.mark.scheduler(seed=LOSSLESS_SEED), pytest.mark.lifecycle],
+        ),
     ],
     ids=["spmd", "single-controller"],
 )

@@ -124,6 +124,11 @@ def _sc_replay(sc_d2, trial: str, *overrides: str) -> dict:
     return replay_report(str(sc_d2.workdir), "tinydemo", trial)
 
 
+# Single-controller twins of test_a_nudged_layer_weight_is_named_below_the_logprobs
+# and of the README demo's what-if (tests/test_demo.py), both in make test; the
+# workers' layer digests are compared in make test by the single-controller demo's
+# replay. Here: make test-long, run by CI.
+@pytest.mark.variant
 @pytest.mark.scheduler
 def test_single_controller_names_a_nudged_layer(sc_d2, tmp_path):
     """The nudged model copy of the SPMD test above, replayed in single-controller
@@ -137,6 +142,7 @@ def test_single_controller_names_a_nudged_layer(sc_d2, tmp_path):
     assert _step0_logp(report)["layers"]["module"] == "model.layers.1.mlp"
 
 
+@pytest.mark.variant
 @pytest.mark.scheduler
 def test_single_controller_what_if_names_layer_0s_attention(sc_d2):
     """Single-controller mode (the layers digested in the RPC workers): the demo's

@@ -30,6 +30,9 @@ def run_selfcheck(capsys, *argv) -> tuple[int, dict]:
     return rc, json.loads(out)
 
 
+# The single-controller twin of test_a_planted_nondeterminism_is_found_at_its_stage
+# (make test): make test-long, run by CI.
+@pytest.mark.variant
 def test_the_single_controller_demo_repeats_here_and_the_recording(
     sc_d2, tmp_path, capsys
 ):
