@@ -30,7 +30,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from figures import emit, exit_status, median_figure, repeat  # noqa: E402
 
-from areal_debug.inspect.diff import diff_recordings  # noqa: E402
+from areal_debug.inspect.diff.two_runs import diff_recordings  # noqa: E402
 from areal_debug.recording.writer.recording_writer import RecordingWriter  # noqa: E402
 from areal_debug.recording.writer.start import write_manifest  # noqa: E402
 

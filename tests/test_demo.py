@@ -18,7 +18,7 @@ from test_cli_inspect import rewrite_payload
 
 from areal_debug.inspect.common import cli_command
 from areal_debug.inspect.listing import pinned_steps
-from areal_debug.inspect.plot_recording import anomalies
+from areal_debug.inspect.plots.one_run import anomalies
 from areal_debug.inspect.resume import step_prompts
 from areal_debug.recording.reader import RecordingReader, superseded_attempts
 from areal_debug.stages.names import OPTIMIZER_STEPS_STAT

@@ -619,7 +619,7 @@ def test_the_mismatch_chart_bands_the_replays_drift(tmp_path):
     chart (the engine's gap up to step 1, unbanded)."""
     from test_cli_inspect import manifest, traj, write_manifest
 
-    from areal_debug.inspect.plot import MISMATCH
+    from areal_debug.inspect.plots.two_runs import MISMATCH
 
     rec, out = str(tmp_path / "rec"), tmp_path / "drift.html"
     write_manifest(rec, manifest())

@@ -27,7 +27,7 @@ from test_html_report import page_data
 from areal_debug.cli import main
 from areal_debug.inspect.listing import pinned_steps
 from areal_debug.inspect.page import report as html_report
-from areal_debug.inspect.plot_recording import anomalies
+from areal_debug.inspect.plots.one_run import anomalies
 from areal_debug.recording.reader import RecordingReader
 from areal_debug.stages import mismatch
 

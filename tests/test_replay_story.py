@@ -8,8 +8,8 @@ import math
 
 from areal_debug.compare.config_changes import story_start, training_changes
 from areal_debug.compare.report import ReplayReport, StepComparison, TopologyChange
-from areal_debug.inspect import render_diff
-from areal_debug.inspect.diff import Source, diff_runs
+from areal_debug.inspect.diff import render as render_diff
+from areal_debug.inspect.diff.two_runs import Source, diff_runs
 
 RECORDED = {
     "seed": 1,

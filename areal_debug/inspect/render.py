@@ -21,7 +21,7 @@ from areal_debug.recording.reader import format_ranges
 
 if TYPE_CHECKING:  # the modules behind the slow commands import AReaL
     from areal_debug.inspect.listing import RecordingSummary
-    from areal_debug.inspect.plot import PlotResult
+    from areal_debug.inspect.plots.two_runs import PlotResult
     from areal_debug.inspect.preflight.doctor import DoctorReport
     from areal_debug.inspect.reproducer.extract import ExtractResult
     from areal_debug.inspect.show import StepView

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """``areal-debug diff``: where two recordings or runs first differ
-(``inspect/diff.py``)."""
+(``inspect/diff/``)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     with logs_to_stderr():
-        from areal_debug.inspect import diff, render_diff
+        from areal_debug.inspect.diff import render as render_diff
+        from areal_debug.inspect.diff import two_runs as diff
 
         result = diff.diff(args.a, args.b)
     if isinstance(result, diff.RecordingDiff):

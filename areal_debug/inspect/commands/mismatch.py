@@ -134,8 +134,9 @@ def _add_token_figures(reader, rows) -> None:
 def _plot_mismatch(args, reader) -> str:
     """``mismatch -o``: the mismatch statistics over the steps, beside a replay's
     when one is given; the PNG's path."""
-    from areal_debug.inspect import plot, plot_recording
     from areal_debug.inspect.common import InspectError
+    from areal_debug.inspect.plots import one_run as plot_recording
+    from areal_debug.inspect.plots import two_runs as plot
     from areal_debug.stages.mismatch import stat_name
 
     wanted = [

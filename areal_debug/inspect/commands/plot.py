@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """``areal-debug plot``: per-step statistics of one or two runs in one picture
-(``inspect/plot.py``, one recording alone ``inspect/plot_recording.py``)."""
+(``inspect/plots/two_runs.py``, one recording alone ``inspect/plots/one_run.py``)."""
 
 from __future__ import annotations
 
@@ -39,8 +39,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     with logs_to_stderr():
-        from areal_debug.inspect import plot, plot_recording, render
+        from areal_debug.inspect import render
         from areal_debug.inspect.common import is_recording
+        from areal_debug.inspect.plots import one_run as plot_recording
+        from areal_debug.inspect.plots import two_runs as plot
 
         if args.b is None and is_recording(args.a):
             # One recording alone: its recorded run, pins and incomplete steps.

@@ -30,7 +30,7 @@ from areal_debug.inspect.common import (
     require_path,
     track,
 )
-from areal_debug.inspect.diff import recording_series
+from areal_debug.inspect.diff.two_runs import recording_series
 from areal_debug.inspect.listing import pinned_steps
 from areal_debug.inspect.page.steps import (
     Decoder,
@@ -39,8 +39,8 @@ from areal_debug.inspect.page.steps import (
     step_detail,
 )
 from areal_debug.inspect.page.two_runs import other_run
-from areal_debug.inspect.plot import MISMATCH
-from areal_debug.inspect.plot_recording import RECORDING_METRICS, anomalies
+from areal_debug.inspect.plots.one_run import RECORDING_METRICS, anomalies
+from areal_debug.inspect.plots.two_runs import MISMATCH
 from areal_debug.inspect.resume import describe_position, resume_positions
 from areal_debug.inspect.show import load_tokenizer, tokenizer_path_of
 from areal_debug.recording.reader import RecordingReader, format_ranges

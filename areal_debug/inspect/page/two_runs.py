@@ -17,7 +17,7 @@ from dataclasses import asdict
 from typing import Any
 
 from areal_debug.compare.batches import compare_batches, pair_samples
-from areal_debug.inspect.diff import recording_series
+from areal_debug.inspect.diff.two_runs import recording_series
 from areal_debug.inspect.page.steps import (
     Decoder,
     StepLimits,

@@ -18,7 +18,7 @@ from areal_debug.stages.names import Verdict
 
 if TYPE_CHECKING:  # the modules behind the slow commands import AReaL
     from areal_debug.compare.batches import BatchesDiff
-    from areal_debug.inspect.diff import RecordingDiff, RunDiff
+    from areal_debug.inspect.diff.two_runs import RecordingDiff, RunDiff
 
 from areal_debug.inspect.render import HEADLINE, _num
 

@@ -15,9 +15,9 @@ import shlex
 from dataclasses import dataclass, field
 
 from areal_debug.inspect.common import InspectError
-from areal_debug.inspect.diff import recording_series
+from areal_debug.inspect.diff.two_runs import recording_series
 from areal_debug.inspect.listing import pinned_steps
-from areal_debug.inspect.plot import (
+from areal_debug.inspect.plots.two_runs import (
     DEFAULT_METRICS,
     MISMATCH,
     SEQUENCE_LENGTH,

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """``areal-debug plot``: per-step statistics of two runs in one readable PNG.
 
-One recording alone is drawn by :mod:`areal_debug.inspect.plot_recording`.
+One recording alone is drawn by :mod:`areal_debug.inspect.plots.one_run`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 
 from areal_debug.inspect.common import InspectError
-from areal_debug.inspect.diff import Source, diff_runs, open_source, pair
+from areal_debug.inspect.diff.two_runs import Source, diff_runs, open_source, pair
 
 # Shown by default, in this order, when the runs have them: what people look at
 # first when a step goes wrong. (metric, panel title, y-axis label with unit)
@@ -123,7 +123,7 @@ def plot(
     title: str | None = None,
 ) -> PlotResult:
     """Draw ``a`` vs ``b`` (or a replay report vs its recording) into ``out`` (PNG).
-    One recording alone is its recorded run: :mod:`plot_recording`."""
+    One recording alone is its recorded run: :mod:`one_run`."""
     a, b = pair(open_source(a_path), open_source(b_path) if b_path else None)
     if a.kind == "report" and b.kind == "recording":
         a, b = b, a
