@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -56,8 +57,6 @@ def _tell_torchrun(reason: str) -> None:
     path = os.environ.get(TORCHRUN_ERROR_FILE_ENV)
     if not path or os.path.exists(path):
         return  # not under torchrun, or a reason already there: keep the first
-    import time
-
     text = f"{reason} (the finding of a replay, not an error of the code)"
     data = {
         "message": {

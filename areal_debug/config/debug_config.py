@@ -249,8 +249,8 @@ class CompareKeys:
         default="",
         metadata={
             "help": "Dump and replay (SPMD and single-controller): each sample's "
-            "part in these steps' update ('0-9,50', or empty for none), in AReaL's own arithmetic: before "
-            "each mini-batch trains, its train_batch runs again without its "
+            "part in these steps' update ('0-9,50', or empty for none), in "
+            "AReaL's own arithmetic: before each mini-batch trains, its train_batch runs again without its "
             "optimizer step, once whole and once per sample with the other "
             "samples' loss tokens masked out (same micro-batches, packing and "
             "dropout masks): each sample's loss contribution, gradient norm and "
@@ -386,10 +386,16 @@ class DebugConfig(CompareKeys, RunKeys):
         """debug.drop_samples as {step: {group: its samples, or None for all}}."""
         return parse_drops(str(self.drop_samples or ""))
 
+    @property
+    def blames(self) -> bool:
+        """Whether debug.blame_steps names any step."""
+        return bool(str(self.blame_steps or "").strip())
+
     def blame_at(self, step: int) -> bool:
         """Whether debug.blame_steps asks for step ``step``'s sample parts."""
-        spec = str(self.blame_steps or "").strip()
-        return bool(spec) and step in StepRanges.parse(spec, "debug.blame_steps=")
+        return self.blames and step in StepRanges.parse(
+            str(self.blame_steps).strip(), "debug.blame_steps="
+        )
 
     def kept_stage_tensors(self) -> frozenset[str]:
         """The stages whose full per-token tensors a run keeps."""
@@ -456,7 +462,7 @@ class DebugConfig(CompareKeys, RunKeys):
                     "rollout made. Drop it from the dump, and replay with it."
                 )
             self.dropped_samples()  # raises naming the bad part
-        if str(self.blame_steps or "").strip():
+        if self.blames:
             try:
                 StepRanges.parse(str(self.blame_steps).strip(), "debug.blame_steps=")
             except ValueError as e:

@@ -339,11 +339,10 @@ def mismatch(recording: str, rows: list[StepMismatch]) -> Group:
     if worst:
         w = max(worst, key=lambda r: r.per_token["worst_abs_diff"])
         parts.append(
-            Text(
-                "In the page (areal-debug report REC -o page.html), page.html"
-                f"{w.per_token['worst_link']} opens the worst row (step {w.step}); "
-                "--json gives each step's worst_link.",
-                style="dim",
+            page_hint(
+                w.per_token["worst_link"],
+                f"the worst row (step {w.step})",
+                "each step's worst_link",
             )
         )
     from areal_debug.stages.train_infer import summary
@@ -384,15 +383,19 @@ def worst_tokens(recording: str, worst: WorstTokens) -> Group:
         )
     parts: list[Any] = [table] if worst.tokens else []
     if worst.tokens:
-        parts.append(
-            Text(
-                "In the page (areal-debug report REC -o page.html), page.html"
-                f"{worst.tokens[0].link} opens the first; --json gives each its link.",
-                style="dim",
-            )
-        )
+        parts.append(page_hint(worst.tokens[0].link, "the first", "each its link"))
     parts += [Text(note) for note in worst.notes]
     return Group(*parts)
+
+
+def page_hint(link: str, opens: str, json_gives: str, inputs: str = "REC") -> Text:
+    """One dim line under a command's view: the report page's ``link`` (built
+    from ``inputs``) opens ``opens``; ``--json`` gives ``json_gives``."""
+    return Text(
+        f"In the page (areal-debug report {inputs} -o page.html), page.html{link} "
+        f"opens {opens}; --json gives {json_gives}.",
+        style="dim",
+    )
 
 
 def resume_check(check) -> Group:

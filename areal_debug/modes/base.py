@@ -206,7 +206,7 @@ class ActiveMode(DebugMode):
                 self.debug.kept_stage_tensors(),
                 self.uses_recorded_ref(),
             )
-        if str(self.debug.blame_steps or "").strip():
+        if self.debug.blames:
             # After the stage probes: its passes run outside their digests.
             self.blame = self.topology.start_blame(
                 self.trainer, self.patches, self.worker_probes
@@ -237,7 +237,7 @@ class ActiveMode(DebugMode):
     def _probe_workers(self, role: str, engine) -> None:
         """Single-controller: the workers build engines that digest the stages
         (and run the blame passes)."""
-        wanted = self.debug.stage_digests or str(self.debug.blame_steps or "").strip()
+        wanted = self.debug.stage_digests or self.debug.blames
         if not (wanted and areal_compat.single_controller_mode()):
             return
         why_not = self.worker_probes.probe(role, engine)

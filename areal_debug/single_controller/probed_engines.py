@@ -9,9 +9,10 @@ once (role and kept stages), ``hand_over_ref_logp`` before a replayed step that
 uses the recorded reference log-probs, and ``take_stage_digests`` at each step's
 end; for ``debug.blame_steps``, ``configure_blame`` once, ``blame_step`` when a
 step starts and ``take_blame`` at a blamed step's end (the passes run in the
-workers, where the actor trains). The ``StageRecord``s are gathered over the engine's ranks in the workers, as
-the SPMD trainer gathers them over its processes, so the controller gets every
-rank's from one call; they cross the RPC as plain dicts.
+workers, where the actor trains). The ``StageRecord``s are gathered over the
+engine's ranks in the workers, as the SPMD trainer gathers them over its
+processes, so the controller gets every rank's from one call; they cross the RPC
+as plain dicts.
 """
 
 from __future__ import annotations
@@ -171,13 +172,17 @@ class WorkerStageProbes:
                 recorded_ref,
             )
 
+    def _actor(self):
+        """The probed actor's controller, None where the actor is not probed."""
+        return next((c for role, c in self.controllers if role == "actor"), None)
+
     def start_blame(self) -> WorkerBlame | None:
         """The blame passes in the actor's workers; None without a probed actor."""
-        for role, controller in self.controllers:
-            if role == "actor":
-                _call_engines(controller, StageProbedEngine.configure_blame)
-                return WorkerBlame(controller)
-        return None
+        actor = self._actor()
+        if actor is None:
+            return None
+        _call_engines(actor, StageProbedEngine.configure_blame)
+        return WorkerBlame(actor)
 
     def hand_over_ref_logp(self, step: int, tensors: dict) -> None:
         for role, controller in self.controllers:
@@ -193,18 +198,17 @@ class WorkerStageProbes:
         if on == self._layers:
             return
         self._layers = on
-        for role, controller in self.controllers:
-            if role == "actor":
-                _call_engines(controller, StageProbedEngine.digest_layers, on)
+        if (actor := self._actor()) is not None:
+            _call_engines(actor, StageProbedEngine.digest_layers, on)
 
     def digest_model(self) -> list | None:
         """The actor's workers' digests of its weights (every rank's), None where
         there is no probed actor or a rank's failed."""
-        for role, controller in self.controllers:
-            if role == "actor":
-                gathered = _call_engines(controller, StageProbedEngine.digest_model)
-                return None if None in gathered else gathered
-        return None
+        actor = self._actor()
+        if actor is None:
+            return None
+        gathered = _call_engines(actor, StageProbedEngine.digest_model)
+        return None if None in gathered else gathered
 
     def take(self) -> list[StageRecord]:
         """Every worker rank's step: the union of its engines' stages."""

@@ -89,11 +89,11 @@ def run(args: argparse.Namespace) -> int:
             "samples": samples,
         }
         decode = _decoder(reader)
-        o = data["origin"]
-        if o is not None and o.get("group") is not None:
-            o["link"] = page_link(args.step, o["group"], o["sample"])
-        if data["origin"] is not None:
-            data["origin_text"] = _text(decode, batch, data["origin"])
+        origin = data["origin"]
+        if origin is not None:
+            if origin.get("group") is not None:
+                origin["link"] = page_link(args.step, origin["group"], origin["sample"])
+            data["origin_text"] = _text(decode, batch, origin)
         top = samples[: max(args.top, 0)]
         if args.json:
             texts = {}
@@ -142,6 +142,8 @@ def _view(data: dict[str, Any], top: list[dict], texts: dict[int, str | None]):
     from rich.table import Table
     from rich.text import Text
 
+    from areal_debug.inspect.render import page_hint
+
     head = Text(
         f"Step {data['step']}: {len(data['samples'])} samples; loss shares add up "
         f"to {_fmt(data['loss_share_sum'], 4)}, grad shares to "
@@ -189,13 +191,7 @@ def _view(data: dict[str, Any], top: list[dict], texts: dict[int, str | None]):
     first = origin if origin is not None else (top[0] if top else None)
     if first is not None and first.get("link"):
         which = "the origin" if origin is not None else "the top sample"
-        parts.append(
-            Text(
-                "In the page (areal-debug report REC RUN -o page.html), page.html"
-                f"{first['link']} opens {which}; --json gives each sample its link.",
-                style="dim",
-            )
-        )
+        parts.append(page_hint(first["link"], which, "each sample its link", "REC RUN"))
     if data["unpaired"]:
         parts.append(
             Text(

@@ -258,7 +258,8 @@ def _packing_note(reader: RecordingReader, notes: list[str]) -> None:
 
     for f in packed_attention(reader, reader.manifest.config):
         notes.append(
-            f"Packing: the recorded run trained with {f.what}. {f.why}. To check: {f.fix}."
+            f"Packing: the recorded run trained with {f.what}. {f.why}. "
+            f"To check: {f.fix}."
         )
 
 
