@@ -6,7 +6,7 @@
 #                a full disk ending AReaL runs, a minute or more each) and the
 #                rehearsal of make gpu-check on CPU (marker rehearsal, four minutes)
 #                and the variants (marker variant: a check make test makes end to
-#                end, made again in AReaL's other mode, a minute or two each)
+#                end, made again another way AReaL runs, a minute or two each)
 #   make test-lifecycle  the lifecycle tests and the rehearsal (make reliability)
 #   make test-long  those and the variants: what make test leaves out (.ci/run)
 #   make test-leg AREAL=2.0.0 VENV=.venv-a2   the tests every supported AReaL runs

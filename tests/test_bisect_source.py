@@ -79,7 +79,11 @@ def _areal_history(repo) -> dict[str, str]:
     return revs
 
 
+# test_bisect.py's replayed bisect made again over AReaL's revisions instead of
+# settings (the same trials, another search): a variant (make test-long, which
+# CI runs).
 @pytest.mark.areal
+@pytest.mark.variant
 def test_a_source_bisect_names_the_planted_revision_and_skips_one_that_does_not_import(
     bisect_d1, tmp_path
 ):

@@ -21,7 +21,10 @@ from support.workdirs import make_workdir
 
 from areal_debug.recording.reader import RecordingReader
 
-pytestmark = pytest.mark.areal
+# test_example_scripts.py's critic and reference models made again in SPMD mode,
+# through the launcher (whose plans test_launcher.py checks without running them):
+# a variant (make test-long, which CI runs).
+pytestmark = [pytest.mark.areal, pytest.mark.variant]
 
 EXPERIMENT = "gsm8k-ppo"
 STEPS = 2

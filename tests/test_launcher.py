@@ -519,7 +519,11 @@ def launch_example(workdir, name: str, overrides: list[str], server=None):
     return run_logged(cmd, str(workdir), name, env, 600)
 
 
+# The one-process recording re-split over two processes (test_mismatch.py's
+# two-rank replay) made again through the launcher, whose plan for it is tested
+# above without running it: a variant (make test-long, which CI runs).
 @pytest.mark.areal
+@pytest.mark.variant
 # The shorthand only: a backend-prefixed allocation ("fsdp:d2") takes the same
 # path from the plan on, and its plan is tested above without running it.
 @pytest.mark.parametrize("alloc,layout", [("d2p1t1", "fsdp:d2p1t1")])

@@ -36,7 +36,13 @@ from support.workdirs import make_workdir
 from areal_debug.recording.reader import RecordingReader
 from areal_debug.testing import end_process, example_command, run_env, start_server
 
-pytestmark = [pytest.mark.areal, pytest.mark.scheduler(seed=RAY_SEED)]
+# The single-controller dump and replay of the suite's other tests, made again under
+# AReaL's other scheduler: a variant (make test-long, which CI runs).
+pytestmark = [
+    pytest.mark.areal,
+    pytest.mark.scheduler(seed=RAY_SEED),
+    pytest.mark.variant,
+]
 
 EXPERIMENT = "tinydemo"
 STEPS = 2

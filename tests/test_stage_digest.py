@@ -908,8 +908,11 @@ def test_a_changed_learning_rate_is_located_at_the_first_mini_batchs_weights(spm
     assert [e["global_step"] for e in report["steps"]] == [0]
 
 
+# The check above made again with one mini-batch on two processes (the one- and
+# two-mini-batch cases both checked in-process above): a variant (make test-long).
 @pytest.mark.areal
 @pytest.mark.spmd_recordings
+@pytest.mark.variant
 def test_a_changed_learning_rate_with_one_mini_batch_is_located_at_its_weights(
     spmd_d2,
 ):
