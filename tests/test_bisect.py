@@ -132,12 +132,36 @@ def test_bisect_names_the_one_setting_that_moves_the_step(bisect_d1, tmp_path):
         first_log.read_text()
     )
 
-    # The oracle for `git bisect run` (the trial "as recorded" above was its 0):
-    # 1 where step 1 moves.
-    oracle = _bisect(
-        workdir,
-        *("--step", "1", "--oracle", "--logs", str(tmp_path / "oracle")),
-        command=(f"++{MOVING}",),
-    )
-    assert oracle.returncode == 1, oracle.stderr[-3000:]
-    assert "oracle: MOVED, first at advantages" in oracle.stdout
+
+@pytest.mark.parametrize(
+    ("outcome", "status"), [("same", 0), ("moved", 1), ("skip", 125), (None, 125)]
+)
+def test_the_oracle_exits_with_git_bisect_runs_statuses(
+    outcome, status, tmp_path, monkeypatch, capsys
+):
+    """`bisect --oracle`: one trial of the command as it is, its outcome as `git
+    bisect run` reads an exit status (0 good, 1 bad, 125 skip; a trial that cannot
+    run skips too). The trial is a replay like the bisect's above (there its
+    first, "as recorded", is what the oracle runs); here its outcome is given, so
+    that the exit statuses are checked without a replay each."""
+    from areal_debug.bisect.trial import BisectError, Outcome, TrialResult, TrialRunner
+    from areal_debug.cli import main
+
+    ran = []
+
+    def trial(self, label, overrides, env=None):
+        ran.append((label, overrides, self.step))
+        if outcome is None:
+            raise BisectError("the replay wrote no report")
+        stage = "advantages" if outcome == "moved" else None
+        return TrialResult(label, Outcome(outcome), [], stage)
+
+    monkeypatch.setattr(TrialRunner, "run", trial)
+    argv = ["bisect", "--step", "1", "--oracle", "--logs", str(tmp_path), "--", "x"]
+    assert main(argv) == status
+    assert ran == [("oracle", [], 1)]
+    out, err = capsys.readouterr()
+    if outcome == "moved":
+        assert "oracle: MOVED, first at advantages" in out
+    if outcome is None:
+        assert "areal-debug bisect: the replay wrote no report" in err
