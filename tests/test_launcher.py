@@ -520,12 +520,12 @@ def launch_example(workdir, name: str, overrides: list[str], server=None):
 
 
 # The one-process recording re-split over two processes (test_mismatch.py's
-# two-rank replay) made again through the launcher, whose plan for it is tested
-# above without running it: a variant (make test-long, which CI runs).
+# two-rank replay) made again through the launcher: a variant (make test-long,
+# which CI runs). The shorthand only: a backend-prefixed allocation ("fsdp:d2")
+# takes the same path from the plan on. Both plans are tested above without
+# running them.
 @pytest.mark.areal
 @pytest.mark.variant
-# The shorthand only: a backend-prefixed allocation ("fsdp:d2") takes the same
-# path from the plan on, and its plan is tested above without running it.
 @pytest.mark.parametrize("alloc,layout", [("d2p1t1", "fsdp:d2p1t1")])
 def test_shipped_example_replays_one_process_recording_at_the_given_allocation(
     spmd_d1, alloc, layout
